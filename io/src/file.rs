@@ -1,0 +1,99 @@
+//! The positional-read trait and the file source that opens per-worker handles.
+//!
+//! Contract of [`ReadAt::read_exact_at`]: fill the whole buffer from `offset` or fail; short
+//! reads are continued, EINTR retried, and 0 bytes before the buffer is full is
+//! `UnexpectedEof`. Implementations decide per call whether the unbuffered path can be used
+//! (offset, length and buffer address aligned) and fall back to buffered reads otherwise.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One handle on one file, owned by one worker. Not shared between threads.
+pub trait ReadAt: Send {
+    /// Reads exactly `buf.len()` bytes starting at `offset`.
+    fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// Alignment (bytes) that offset, length and buffer address need for the unbuffered path;
+    /// `None` when this handle only does buffered reads.
+    fn direct_alignment(&self) -> Option<usize> {
+        None
+    }
+
+    /// Hint that the range just read will not be needed again (cold mode: `posix_fadvise
+    /// DONTNEED` on Linux). Default: nothing.
+    fn drop_cache(&mut self, _offset: u64, _len: u64) {}
+}
+
+/// A file that can hand out independent per-worker handles.
+pub trait Source: Send + Sync {
+    /// The file's path, for error messages.
+    fn path(&self) -> &Path;
+    /// The file's length in bytes (64-bit everywhere).
+    fn len(&self) -> u64;
+    /// True when the file is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Opens a new handle for one worker.
+    fn open_handle(&self) -> io::Result<Box<dyn ReadAt>>;
+}
+
+/// How handles are opened.
+#[derive(Clone, Debug)]
+pub struct OpenConfig {
+    /// Use the unbuffered path (O_DIRECT / FILE_FLAG_NO_BUFFERING) for aligned requests.
+    pub direct: bool,
+    /// Advise the OS to drop each range from the page cache after it is read.
+    pub drop_cache: bool,
+}
+
+impl Default for OpenConfig {
+    fn default() -> Self {
+        Self {
+            direct: true,
+            drop_cache: false,
+        }
+    }
+}
+
+/// A real file on disk. Each [`Source::open_handle`] call opens the file again (Linux: a new
+/// fd; Windows: `ReOpenFile` of the handle opened here), so workers never share a handle.
+pub struct FileSource {
+    pub(crate) path: PathBuf,
+    pub(crate) len: u64,
+    pub(crate) config: OpenConfig,
+    pub(crate) inner: crate::sys::SharedFile,
+}
+
+impl FileSource {
+    /// Opens `path` for reading; errors name the path.
+    pub fn open(path: impl AsRef<Path>, config: OpenConfig) -> io::Result<Arc<Self>> {
+        let path = path.as_ref().to_path_buf();
+        let (inner, len) = crate::sys::SharedFile::open(&path).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display()))
+        })?;
+        Ok(Arc::new(Self {
+            path,
+            len,
+            config,
+            inner,
+        }))
+    }
+
+    pub fn config(&self) -> &OpenConfig {
+        &self.config
+    }
+}
+
+impl Source for FileSource {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn open_handle(&self) -> io::Result<Box<dyn ReadAt>> {
+        self.inner.open_handle(&self.path, &self.config)
+    }
+}

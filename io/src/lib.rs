@@ -1,0 +1,19 @@
+//! `ds4-io`: positional file reads for the ds4-stream engine.
+//!
+//! Why a crate of its own: every OS-specific `unsafe` of the data path lives here, behind one
+//! small trait ([`ReadAt`]: read exactly N bytes at offset O into a caller-owned buffer), so the
+//! engine above is portable and testable with fault-injecting implementations.
+//!
+//! - [`Source`] opens per-worker handles ([`ReadAt`]) on one file: each IO worker owns its handle
+//!   for its whole life (Linux: its own `open()` fd; Windows: its own `ReOpenFile` handle).
+//! - [`pool::ReaderPool`] runs N such workers fed by a bounded queue (backpressure).
+//! - No mmap anywhere in this crate.
+
+pub mod align;
+pub mod file;
+pub mod pool;
+pub mod sys;
+
+pub use align::AlignedBuf;
+pub use file::{FileSource, OpenConfig, ReadAt, Source};
+pub use pool::{Job, PoolConfig, ReaderPool};

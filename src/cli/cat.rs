@@ -1,0 +1,10 @@
+//! `ds4 cat`. PLACEHOLDER (skeleton).
+
+use super::{CliError, CliResult};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> CliResult {
+    Err(CliError::runtime("`ds4 cat` is not implemented yet"))
+}
