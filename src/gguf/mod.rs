@@ -5,6 +5,7 @@
 //! reads or maps the data section. Offsets in [`TensorInfo`] are absolute file offsets.
 
 mod reader;
+pub mod writer;
 pub mod types;
 
 pub use reader::{parse_bytes, parse_file, Caps, GgufError};
