@@ -11,6 +11,7 @@
 
 pub mod align;
 pub mod file;
+pub mod pattern;
 pub mod pool;
 pub mod sys;
 

@@ -5,8 +5,8 @@
 //! reads or maps the data section. Offsets in [`TensorInfo`] are absolute file offsets.
 
 mod reader;
-pub mod writer;
 pub mod types;
+pub mod writer;
 
 pub use reader::{parse_bytes, parse_file, Caps, GgufError};
 pub use types::GgmlType;
