@@ -10,11 +10,13 @@
 //! - No mmap anywhere in this crate.
 
 pub mod align;
+pub mod error;
 pub mod file;
 pub mod pattern;
 pub mod pool;
 pub mod sys;
 
 pub use align::AlignedBuf;
-pub use file::{FileSource, OpenConfig, ReadAt, Source};
+pub use error::ReadError;
+pub use file::{FileSource, HandleStats, OpenConfig, ReadAt, Source};
 pub use pool::{Job, PoolConfig, ReaderPool};
