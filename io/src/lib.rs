@@ -11,6 +11,7 @@
 
 pub mod align;
 pub mod error;
+pub mod fault;
 pub mod file;
 pub mod pattern;
 pub mod pool;
@@ -19,4 +20,4 @@ pub mod sys;
 pub use align::AlignedBuf;
 pub use error::ReadError;
 pub use file::{FileSource, HandleStats, OpenConfig, ReadAt, Source};
-pub use pool::{Job, PoolConfig, ReaderPool};
+pub use pool::{Job, PoolConfig, ReaderPool, WorkerOpenError};

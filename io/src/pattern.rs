@@ -61,6 +61,8 @@ impl std::fmt::Display for Mismatch {
     }
 }
 
+impl std::error::Error for Mismatch {}
+
 /// Checks that `buf` holds the pattern of `[offset, offset + buf.len())`; returns the first
 /// mismatch.
 pub fn verify(seed: u64, offset: u64, buf: &[u8]) -> Result<(), Mismatch> {
