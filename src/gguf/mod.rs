@@ -4,12 +4,19 @@
 //! The reader parses the header (metadata + tensor infos) with bounded buffered reads; it never
 //! reads or maps the data section. Offsets in [`TensorInfo`] are absolute file offsets.
 
+mod caps;
+mod error;
 mod reader;
+mod source;
 pub mod types;
+mod value;
 pub mod writer;
 
-pub use reader::{parse_bytes, parse_file, Caps, GgufError};
+pub use caps::Caps;
+pub use error::GgufError;
+pub use reader::{parse_bytes, parse_file, DEFAULT_ALIGNMENT};
 pub use types::GgmlType;
+pub use value::value_type_name;
 
 /// A metadata value (every GGUF value type, arrays nested).
 #[derive(Clone, Debug, PartialEq)]
