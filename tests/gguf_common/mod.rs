@@ -156,6 +156,23 @@ pub fn python() -> PathBuf {
     }
 }
 
+/// Runs tests/py/gguf_oracle.py with `args` under the oracle python; returns stdout. Fails the
+/// test with python's stderr if the script fails.
+pub fn oracle(args: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new(python())
+        .arg(py_script("gguf_oracle.py"))
+        .args(args)
+        .output()
+        .expect("cannot run DS4_PYTHON");
+    assert!(
+        out.status.success(),
+        "gguf_oracle.py {:?} failed: {}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("oracle output is UTF-8")
+}
+
 /// Path of a script under tests/py.
 pub fn py_script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
