@@ -405,3 +405,49 @@ fn host_buffers_work_as_destinations_with_a_discrete_device() {
     assert_pattern(dev.as_ref(), &host, 0, 333, 100_000);
     assert_eq!(e.stats().staged_chunks, 0);
 }
+
+#[test]
+fn staged_reads_are_widened_to_the_direct_alignment() {
+    const FILE: u64 = 2 * MIB as u64 + 100; // the last 100 bytes cannot be read aligned
+    for direct in [true, false] {
+        let src = Arc::new(
+            FaultySource::new(
+                Arc::new(ds4_io::pattern::PatternSource::new(FILE, SEED)),
+                vec![],
+                Duration::ZERO,
+            )
+            .with_alignment(4096),
+        );
+        let dev = discrete(Duration::ZERO);
+        let c = EngineConfig {
+            direct,
+            ..cfg(3, 64 * KIB)
+        };
+        let e = ds4_stream::engine::Engine::new(src.clone(), Arc::clone(&dev), c).unwrap();
+        // Unaligned head and tail, many chunks: every staged read is widened to 4096.
+        for (off, len) in [(5u64, 300_001usize), (4095, 2), (65_535, 65_538), (1, 1)] {
+            let buf = Arc::new(dev.alloc(len).unwrap());
+            e.submit(vec![ReadRequest::new(off, len, Arc::clone(&buf), 0)])
+                .unwrap()
+                .wait()
+                .unwrap();
+            assert_pattern(dev.as_ref(), &buf, 0, off, len);
+        }
+        let s = e.stats();
+        if direct {
+            assert_eq!(src.unaligned_reads(), 0, "{s:?}");
+            assert_eq!(s.buffered_chunks, 0, "{s:?}");
+        } else {
+            assert!(src.unaligned_reads() > 0);
+        }
+        // At the end of the file the read cannot be widened past EOF: buffered, still right.
+        let before = src.unaligned_reads();
+        let buf = Arc::new(dev.alloc(90).unwrap());
+        e.submit(vec![ReadRequest::new(FILE - 90, 90, Arc::clone(&buf), 0)])
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_pattern(dev.as_ref(), &buf, 0, FILE - 90, 90);
+        assert_eq!(src.unaligned_reads(), before + 1);
+    }
+}

@@ -96,8 +96,10 @@ pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
 pub struct FaultySource {
     inner: Arc<dyn Source>,
     reads: Arc<AtomicU64>,
+    unaligned: Arc<AtomicU64>,
     fail_at: Arc<Vec<u64>>,
     delay: Duration,
+    align: Option<usize>,
 }
 
 impl FaultySource {
@@ -105,25 +107,44 @@ impl FaultySource {
         Self {
             inner,
             reads: Arc::new(AtomicU64::new(0)),
+            unaligned: Arc::new(AtomicU64::new(0)),
             fail_at: Arc::new(fail_at),
             delay,
+            align: None,
         }
+    }
+    /// Handles claim an unbuffered path needing `align` (like O_DIRECT) and count the reads
+    /// whose offset, length or buffer address is not aligned.
+    pub fn with_alignment(mut self, align: usize) -> Self {
+        self.align = Some(align);
+        self
     }
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::SeqCst)
+    }
+    pub fn unaligned_reads(&self) -> u64 {
+        self.unaligned.load(Ordering::SeqCst)
     }
 }
 
 struct FaultyHandle {
     inner: Box<dyn ReadAt>,
     reads: Arc<AtomicU64>,
+    unaligned: Arc<AtomicU64>,
     fail_at: Arc<Vec<u64>>,
     delay: Duration,
+    align: Option<usize>,
 }
 
 impl ReadAt for FaultyHandle {
     fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let k = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Some(a) = self.align {
+            let a = a as u64;
+            if offset % a != 0 || buf.len() as u64 % a != 0 || buf.as_ptr() as u64 % a != 0 {
+                self.unaligned.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
         }
@@ -133,7 +154,7 @@ impl ReadAt for FaultyHandle {
         self.inner.read_exact_at(buf, offset)
     }
     fn direct_alignment(&self) -> Option<usize> {
-        self.inner.direct_alignment()
+        self.align.or(self.inner.direct_alignment())
     }
 }
 
@@ -153,8 +174,10 @@ impl Source for FaultySource {
         Ok(Box::new(FaultyHandle {
             inner: self.inner.open_handle()?,
             reads: Arc::clone(&self.reads),
+            unaligned: Arc::clone(&self.unaligned),
             fail_at: Arc::clone(&self.fail_at),
             delay: self.delay,
+            align: self.align,
         }))
     }
 }
