@@ -197,6 +197,8 @@ fn busy_destination_and_reads_of_busy_ranges_are_refused_while_in_flight() {
         .submit(vec![ReadRequest::new(0, 10, Arc::clone(&buf), 4090)])
         .unwrap_err();
     assert!(matches!(err, EngineError::DestinationBusy { .. }), "{err}");
+    let t = t.wait_timeout(Duration::from_millis(1)).unwrap_err(); // still copying
+    assert!(!t.is_done());
     let mut v = [0u8; 1];
     let err = dev.read_d2h(&buf, 4095, &mut v).unwrap_err();
     assert!(matches!(err, DeviceError::Busy { .. }), "{err}");
