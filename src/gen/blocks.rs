@@ -2,8 +2,8 @@
 //! index), so any byte of any tensor can be recomputed without generating the rest.
 //!
 //! The hash is splitmix64 (a counter-based generator: no state to carry between blocks). The
-//! values are chosen so that dequantizing gives finite, small weights (|w| < 2 for every type
-//! here): scales are positive normal f16 values in a narrow exponent band, quant bits are
+//! values are chosen so that dequantizing gives finite, small weights (|w| < 0.5 for quantized
+//! and F16 weights; norm weights around 1.0): scales are positive normal f16 values in a narrow exponent band, quant bits are
 //! random. A zero block (what a file hole reads as) is also valid: scale 0 gives all zeros.
 
 use crate::gguf::GgmlType;
@@ -151,8 +151,8 @@ pub fn block(ty: GgmlType, values: Values, key: u64, index: u64, out: &mut [u8])
             out.copy_from_slice(&v.to_le_bytes());
         }
         GgmlType::Q8_0 => {
-            // f16 d in [2^-11, 2^-7), then 32 i8 in [-127, 127]: |w| < 1.
-            let d = f16_pos(s.next(), 4, 7);
+            // f16 d in [2^-13, 2^-9), then 32 i8 in [-127, 127]: |w| < 0.25.
+            let d = f16_pos(s.next(), 2, 5);
             out[..2].copy_from_slice(&d.to_le_bytes());
             s.fill(&mut out[2..34]);
             for q in &mut out[2..34] {
@@ -163,11 +163,11 @@ pub fn block(ty: GgmlType, values: Values, key: u64, index: u64, out: &mut [u8])
         }
         GgmlType::Q2_K => {
             // scales[16] (low nibble scale, high nibble min), qs[64], f16 d, f16 dmin.
-            // |w| <= d*15*3 + dmin*15 < 2^-7 * 60 < 0.5.
+            // |w| <= d*15*3 + dmin*15 < 2^-9 * 60 < 0.125.
             s.fill(&mut out[..80]);
             let h = s.next();
-            out[80..82].copy_from_slice(&f16_pos(h, 4, 7).to_le_bytes());
-            out[82..84].copy_from_slice(&f16_pos(h >> 32, 4, 7).to_le_bytes());
+            out[80..82].copy_from_slice(&f16_pos(h, 2, 5).to_le_bytes());
+            out[82..84].copy_from_slice(&f16_pos(h >> 32, 2, 5).to_le_bytes());
         }
         GgmlType::Q4_K => {
             // f16 d, f16 dmin, scales[12] (6-bit scales/mins), qs[128].
@@ -179,8 +179,8 @@ pub fn block(ty: GgmlType, values: Values, key: u64, index: u64, out: &mut [u8])
         }
         GgmlType::IQ2_XXS => {
             // f16 d, then 8 groups of (4 grid indices, 28 sign bits + 4-bit scale): every bit
-            // pattern is valid. |w| <= d * 15.5 * 0.25 * 43 < 2^-7 * 167 < 1.5.
-            out[0..2].copy_from_slice(&f16_pos(s.next(), 4, 7).to_le_bytes());
+            // pattern is valid. |w| <= d * 15.5 * 0.25 * 43 < 2^-9 * 167 < 0.33.
+            out[0..2].copy_from_slice(&f16_pos(s.next(), 2, 5).to_le_bytes());
             s.fill(&mut out[2..66]);
         }
         _ => out.fill(0),
@@ -222,7 +222,7 @@ mod tests {
             let mut q8 = [0u8; 34];
             block(GgmlType::Q8_0, Values::Weight, 1, i, &mut q8);
             let d = f16_to_f32(u16::from_le_bytes([q8[0], q8[1]]));
-            assert!(d > 0.0 && d < 1.0 / 128.0, "{d}");
+            assert!(d > 0.0 && d < 1.0 / 512.0, "{d}");
             assert!(q8[2..].iter().all(|&q| q != 0x80));
             let mut f = [0u8; 2];
             block(GgmlType::F16, Values::Weight, 1, i, &mut f);

@@ -41,6 +41,8 @@ pub enum GenError {
     Unsupported { name: String, ggml_type: GgmlType },
     #[error("bad fill list {list:?}: {why}")]
     BadList { list: String, why: String },
+    #[error("bad fill plan: {why}")]
+    BadPlan { why: String },
     #[error(transparent)]
     Write(#[from] crate::gguf::writer::WriteError),
 }

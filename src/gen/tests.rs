@@ -129,14 +129,17 @@ fn bad_fill_lists_are_rejected() {
         fill_experts: None,
     };
     let e = write_model(Cursor::new(Vec::new()), &gen, &plan, 4096, &mut |_| {}).unwrap_err();
-    assert!(e.to_string().contains("layer 4 does not exist"), "{e}");
+    assert!(e.to_string().contains("fill layer 4 does not exist"), "{e}");
     let plan = FillPlan {
         holes: Holes::Experts,
         fill_layers: vec![0],
         fill_experts: Some(vec![16]),
     };
     let e = write_model(Cursor::new(Vec::new()), &gen, &plan, 4096, &mut |_| {}).unwrap_err();
-    assert!(e.to_string().contains("expert 16 does not exist"), "{e}");
+    assert!(
+        e.to_string().contains("fill expert 16 does not exist"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -57,16 +57,17 @@ fn check_plan(shape: &Shape, plan: &FillPlan) -> Result<(), GenError> {
         .iter()
         .find(|&&l| l >= u64::from(shape.n_layer))
     {
-        return Err(GenError::BadList {
-            list: format!("{:?}", plan.fill_layers),
-            why: format!("layer {l} does not exist ({} layers)", shape.n_layer),
+        return Err(GenError::BadPlan {
+            why: format!("fill layer {l} does not exist ({} layers)", shape.n_layer),
         });
     }
     if let Some(list) = &plan.fill_experts {
         if let Some(&e) = list.iter().find(|&&e| e >= shape.n_expert) {
-            return Err(GenError::BadList {
-                list: format!("{list:?}"),
-                why: format!("expert {e} does not exist ({} experts)", shape.n_expert),
+            return Err(GenError::BadPlan {
+                why: format!(
+                    "fill expert {e} does not exist ({} experts)",
+                    shape.n_expert
+                ),
             });
         }
     }
