@@ -188,3 +188,72 @@ pub fn run(a: Args) -> CliResult {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ds4_io::pattern::{self, PatternSource};
+
+    #[test]
+    fn copies_across_chunk_boundaries() {
+        let src = PatternSource::new(20 << 20, 99);
+        let mut h = src.open_handle().unwrap();
+        for &(off, len) in &[
+            (0u64, 0u64),
+            (3, 17),
+            (5, CHUNK as u64 + 11),
+            (7 << 20, 9 << 20),
+        ] {
+            let mut out = Vec::new();
+            copy_range(h.as_mut(), off, len, &mut out).unwrap();
+            assert_eq!(out.len() as u64, len);
+            pattern::verify(99, off, &out).unwrap();
+        }
+    }
+
+    #[test]
+    fn read_and_write_errors_are_told_apart() {
+        let src = PatternSource::new(1 << 20, 1);
+        let mut h = src.open_handle().unwrap();
+        match copy_range(h.as_mut(), (1 << 20) - 10, 20, &mut Vec::new()) {
+            Err(CopyError::Read { offset, len, .. }) => {
+                assert_eq!((offset, len), ((1 << 20) - 10, 20))
+            }
+            other => panic!("{other:?}"),
+        }
+        struct Closed;
+        impl Write for Closed {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        match copy_range(h.as_mut(), 0, 100, &mut Closed) {
+            Err(CopyError::Write(e)) => assert!(is_broken_pipe(&e)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("0:10", 10), Ok((0, 10)));
+        assert_eq!(parse_range("4:", 10), Ok((4, 6)));
+        assert_eq!(parse_range("10:", 10), Ok((10, 0)));
+        assert_eq!(parse_range("0x2:0x3", 10), Ok((2, 3)));
+        assert!(parse_range("11:", 10).unwrap_err().contains("past the end"));
+        assert!(parse_range("5:6", 10).unwrap_err().contains("exceeds"));
+        assert!(parse_range("1:18446744073709551615", 10).is_err());
+        assert!(parse_range("5", 10).is_err());
+        assert!(parse_range("a:1", 10).is_err());
+        assert!(parse_range("1:-1", 10).is_err());
+    }
+
+    #[test]
+    fn edit_distance() {
+        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("same", "same"), 0);
+    }
+}
