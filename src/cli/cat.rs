@@ -5,8 +5,8 @@
 //! ([`copy_range`]); the streaming engine will replace that one function. A closed stdout
 //! (`ds4 cat … | head -c 10`) is success.
 
-use super::{chain, is_broken_pipe, CliError, CliResult};
-use crate::gguf::{self, GgufFile, TensorInfo};
+use super::{is_broken_pipe, CliError, CliResult};
+use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::Ds4Model;
 use ds4_io::{FileSource, ReadAt, Source};
 use std::io::{self, Write};
@@ -139,8 +139,8 @@ fn find_tensor<'a>(f: &'a GgufFile, a: &Args) -> Result<&'a TensorInfo, CliError
 }
 
 pub fn run(a: Args) -> CliResult {
-    let f = gguf::parse_file(&a.file, &gguf::Caps::default())
-        .map_err(|e| CliError::bad_input(format!("{}: {}", a.file.display(), chain(&e))))?;
+    // Same exit-code policy as `ds4 inspect`: malformed or unopenable file 2, failed read 1.
+    let f = super::inspect::load(&a.file)?;
     let t = find_tensor(&f, &a)?;
     let (base, size, what) = match a.expert {
         None => (t.offset, t.nbytes, format!("tensor {}", t.name)),
