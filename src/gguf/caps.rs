@@ -16,6 +16,11 @@ pub struct Caps {
     pub max_kv: u64,
     /// Longest string (metadata key, string value, tensor name), in bytes.
     pub max_string: u64,
+    /// Most string bytes in total over the whole header (metadata keys, string values, tensor
+    /// names). Strings are kept in memory, and a sparse file makes file size free: without this
+    /// a 32 GiB file of holes holding 2,000 strings of 16 MiB each would make the parser
+    /// allocate 32 GiB. Real headers hold a few MiB (the Flash tokenizer is ~3 MiB).
+    pub max_string_bytes: u64,
     /// Longest metadata array, in elements (each nesting level counted separately).
     pub max_array: u64,
     /// Most metadata values in total over all arrays. Every value costs one [`super::Value`]
@@ -35,6 +40,7 @@ impl Default for Caps {
             max_tensors: 1 << 20,
             max_kv: 1 << 20,
             max_string: 1 << 24,
+            max_string_bytes: 1 << 26,
             max_array: 1 << 22,
             max_metadata_values: 1 << 22,
             max_depth: 8,
