@@ -14,6 +14,8 @@ use crate::engine::{Engine, EngineConfig, ReadRequest};
 use crate::gen::{Generator, Scale, Shape};
 use crate::gguf::{self, Caps, GgmlType, GgufFile};
 use crate::model::{Ds4Model, ExpertKind};
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,7 +73,12 @@ fn ensure_model(a: &Args) -> CliResult {
             CliError::runtime(format!("cannot create directory {}: {e}", dir.display()))
         })?;
     }
-    eprintln!("generating the demo model at {} ...", a.model.display());
+    // Progress note, not an error; a failing stderr must not stop the demo.
+    let _ = writeln!(
+        std::io::stderr(),
+        "generating the demo model at {} ...",
+        a.model.display()
+    );
     super::gen::run(super::gen::Args {
         out: a.model.clone(),
         scale: Scale::Demo,
@@ -138,8 +145,9 @@ pub fn run(a: Args) -> CliResult {
         (Err(_), true) => None,
         (Err(e), false) => return Err(e),
     };
-    if !a.json {
-        println!("{}", model.summary_text());
+    // A closed stdout (`ds4 demo | head -3`) is success: stop there, as `head` asked.
+    if !a.json && !super::out(&format!("{}\n", model.summary_text()))? {
+        return Ok(());
     }
 
     // A discrete-GPU emulation: device memory is not host-visible, so every byte goes through
@@ -256,16 +264,19 @@ pub fn run(a: Args) -> CliResult {
             "layer_fetch_us": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)},
             "engine": stats,
         });
-        println!("{v}");
+        super::out(&format!("{v}\n"))?;
     } else {
-        println!(
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
             "streamed {} tokens x {layers} layers x {used} experts: {:.1} MiB in {:.3} s of IO \
              = {gbps:.2} GB/s, {mib_per_token:.1} MiB/token",
             a.tokens,
             streamed as f64 / (1 << 20) as f64,
             secs
         );
-        println!(
+        let _ = writeln!(
+            t,
             "layer fetch (6 experts x 3 slices, one batch): p50 {} us, p99 {} us, max {} us; \
              staging stalls {} us total",
             pct(0.5),
@@ -274,15 +285,20 @@ pub fn run(a: Args) -> CliResult {
             stats.stall_total_us
         );
         if verify.is_none() {
-            println!("bytes not verified (--no-verify)");
+            t.push_str("bytes not verified (--no-verify)\n");
         } else {
-            println!("verified {verified} bytes against the generator: all correct");
+            let _ = writeln!(
+                t,
+                "verified {verified} bytes against the generator: all correct"
+            );
         }
-        println!(
+        let _ = writeln!(
+            t,
             "note: synthetic routing, no expert cache yet (every expert streamed), host backend \
              emulating a discrete GPU ({})",
             device.name()
         );
+        super::out(&t)?;
     }
     Ok(())
 }

@@ -168,6 +168,5 @@ pub fn run(a: Args) -> CliResult {
         ))
     })?;
     tmp.armed = false;
-    println!("wrote {}: {}", a.out.display(), summary.line());
-    Ok(())
+    super::out(&format!("wrote {}: {}\n", a.out.display(), summary.line())).map(|_| ())
 }

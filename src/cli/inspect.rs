@@ -8,12 +8,11 @@
 //! Exit codes: 0 ok; 2 for a malformed file and for a path that cannot be opened or is not a
 //! regular file (bad input from the user); 1 for an IO error while reading an opened file.
 
-use super::{is_broken_pipe, CliError, CliResult};
+use super::{CliError, CliResult};
 use crate::gguf::{parse_file, Caps, GgufError, GgufFile, Value};
 use serde_json::{json, Map, Value as J};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Arrays up to this many elements appear in full in `--json`; longer ones are summarised as
@@ -67,15 +66,7 @@ pub fn run(args: Args) -> CliResult {
         }
         t
     };
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(out.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Ok(()) => Ok(()),
-        Err(e) if is_broken_pipe(&e) => Ok(()),
-        Err(e) => Err(CliError::runtime(format!("writing to stdout: {e}"))),
-    }
+    super::out(&out).map(|_| ())
 }
 
 /// Parses `path`'s header, mapping errors to exit codes: a malformed file or a path that cannot
