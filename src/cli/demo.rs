@@ -11,7 +11,7 @@
 use super::{chain, CliError, CliResult};
 use crate::device::{Device, HostConfig, HostDevice};
 use crate::engine::{Engine, EngineConfig, ReadRequest};
-use crate::gen::{Generator, Scale, Shape};
+use crate::gen::{FillPlan, Generator, Scale, Shape, FILL_KEY};
 use crate::gguf::{GgmlType, GgufFile};
 use crate::model::{Ds4Model, ExpertKind};
 use std::fmt::Write as _;
@@ -113,8 +113,9 @@ fn ensure_model(a: &Args) -> CliResult {
 }
 
 /// The generator that wrote `file` (scale, seed and quant from its `ds4stream.gen.*` keys and
-/// routed types), checked against the file's routed tensors.
-fn generator_for(file: &GgufFile, model: &Ds4Model) -> Result<Generator, String> {
+/// routed types), checked against the file's routed tensors, and the fill plan it was written
+/// with (which parts are holes; files written before the plan was recorded were full).
+fn generator_for(file: &GgufFile, model: &Ds4Model) -> Result<(Generator, FillPlan), String> {
     let seed = file
         .get("ds4stream.gen.seed")
         .and_then(|v| v.as_u64())
@@ -143,7 +144,16 @@ fn generator_for(file: &GgufFile, model: &Ds4Model) -> Result<Generator, String>
             }
         }
     }
-    Ok(g)
+    let plan = match file.get(FILL_KEY) {
+        None => FillPlan::full(),
+        Some(v) => {
+            let spec = v
+                .as_str()
+                .ok_or_else(|| format!("{FILL_KEY} is {}, not a string", v.type_name()))?;
+            FillPlan::from_spec(spec).map_err(|e| format!("{FILL_KEY}: {e}"))?
+        }
+    };
+    Ok((g, plan))
 }
 
 pub fn run(a: Args) -> CliResult {
@@ -161,8 +171,8 @@ pub fn run(a: Args) -> CliResult {
         ))
     });
     let generator = match (generator, a.no_verify) {
-        (Ok(g), _) => Some(g),
-        (Err(_), true) => None,
+        (_, true) => None,
+        (Ok(g), false) => Some(g),
         (Err(e), false) => return Err(e),
     };
     // A closed stdout (`ds4 demo | head -3`) is success: stop there, as `head` asked.
@@ -250,7 +260,7 @@ pub fn run(a: Args) -> CliResult {
             io_time += took;
             fetch_us.push(took.as_micros() as u64);
             streamed += at as u64;
-            if let Some(generator) = verify {
+            if let Some((generator, plan)) = verify {
                 for (name, e, len, at) in placed {
                     let len = len as usize;
                     check.resize(len, 0);
@@ -258,8 +268,8 @@ pub fn run(a: Args) -> CliResult {
                     device
                         .read_d2h(&dst, at, &mut check)
                         .map_err(|e| CliError::runtime(chain(&e)))?;
-                    generator
-                        .tensor_bytes(&name, e * len as u64, &mut want)
+                    // What the file holds: generator bytes, or zeros where it has holes.
+                    plan.file_bytes(generator, &name, e * len as u64, &mut want)
                         .map_err(|e| CliError::runtime(chain(&e)))?;
                     if check != want {
                         let i = check.iter().zip(&want).position(|(x, y)| x != y);

@@ -163,7 +163,7 @@ pub fn run(a: Args) -> CliResult {
         armed: true,
     };
 
-    let total = gen::plan_layout(&shape, a.seed)
+    let total = gen::plan_layout(&shape, a.seed, &plan)
         .map_err(|e| CliError::runtime(chain(&e)))?
         .total_len;
     let pb = progress_bar(total);

@@ -9,6 +9,11 @@ use crate::gguf::writer::TensorSpec;
 use crate::gguf::{GgmlType, Value};
 use crate::model::{ExpertKind, ARCH};
 
+use super::FillPlan;
+
+/// The metadata key holding the fill plan ([`FillPlan::spec`]) of a generated file.
+pub const FILL_KEY: &str = "ds4stream.gen.fill";
+
 /// A preset size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scale {
@@ -260,9 +265,9 @@ impl Shape {
     }
 
     /// The metadata, in file order: general.*, deepseek4.*, a generated token list, and the
-    /// generator's own `ds4stream.gen.*` keys (seed and scale, so a file says how to recompute
-    /// its bytes).
-    pub fn metadata(&self, seed: u64) -> Vec<(String, Value)> {
+    /// generator's own `ds4stream.gen.*` keys (seed, scale and fill plan, so a file says how to
+    /// recompute its bytes and which of them are holes).
+    pub fn metadata(&self, seed: u64, plan: &FillPlan) -> Vec<(String, Value)> {
         let u = |x: u64| Value::U32(x as u32);
         let f = Value::F32;
         let k = |s: &str| format!("{ARCH}.{s}");
@@ -347,6 +352,7 @@ impl Shape {
             "ds4stream.gen.shape".to_string(),
             Value::String(self.name.to_string()),
         ));
+        md.push((FILL_KEY.to_string(), Value::String(plan.spec())));
         md
     }
 }

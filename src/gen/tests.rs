@@ -10,7 +10,7 @@ fn write_tiny(plan: &FillPlan, seed: u64) -> (Vec<u8>, GenSummary, Generator) {
 #[test]
 fn tiny_file_holds_generator_bytes_at_planned_offsets() {
     let (file, s, gen) = write_tiny(&FillPlan::full(), 42);
-    let layout = plan_layout(&Shape::tiny(), 42).unwrap();
+    let layout = plan_layout(&Shape::tiny(), 42, &FillPlan::full()).unwrap();
     assert_eq!(file.len() as u64, layout.total_len);
     assert_eq!(s.file_len, layout.total_len);
     assert_eq!(s.hole_bytes, 0);
@@ -92,7 +92,7 @@ fn holes_and_partial_experts_match_file_bytes() {
         fill_experts: Some(vec![1, 5, 15]),
     };
     let (file, s, gen) = write_tiny(&plan, 9);
-    let layout = plan_layout(&Shape::tiny(), 9).unwrap();
+    let layout = plan_layout(&Shape::tiny(), 9, &plan).unwrap();
     assert_eq!(file.len() as u64, layout.total_len);
     let eb: u64 = ExpertKind::ALL.iter().map(|&k| gen.expert_bytes(k)).sum();
     assert_eq!(s.written_bytes, 3 * eb);
@@ -189,7 +189,7 @@ fn flash_inventory_matches_the_published_numbers() {
             * 3,
         14_155_776 // 13.5 MiB per expert
     );
-    let layout = plan_layout(&shape, 0).unwrap();
+    let layout = plan_layout(&shape, 0, &FillPlan::full()).unwrap();
     assert_eq!(layout.tensors.len(), inv.len());
     assert_eq!(layout.alignment, 32);
     assert!(layout.total_len > 86_000_000_000 && layout.total_len < 86_800_000_000);
@@ -202,4 +202,58 @@ fn demo_is_big_enough_to_stream() {
     let eb: u64 = ExpertKind::ALL.iter().map(|&k| gen.expert_bytes(k)).sum();
     let experts = eb * s.n_expert * u64::from(s.n_layer);
     assert!(experts > 300 << 20 && experts < 1 << 30, "{experts}");
+}
+
+#[test]
+fn fill_spec_round_trips() {
+    for plan in [
+        FillPlan::full(),
+        FillPlan::with_holes(Holes::Experts),
+        FillPlan {
+            holes: Holes::All,
+            fill_layers: vec![0, 1, 2, 5, 7, 8],
+            fill_experts: Some(vec![3]),
+        },
+        FillPlan {
+            holes: Holes::Experts,
+            fill_layers: vec![],
+            fill_experts: Some((0..256).collect()),
+        },
+    ] {
+        let spec = plan.spec();
+        assert_eq!(FillPlan::from_spec(&spec).unwrap(), plan, "{spec}");
+    }
+    assert_eq!(
+        FillPlan {
+            holes: Holes::All,
+            fill_layers: vec![0, 1, 2, 5, 7, 8],
+            fill_experts: Some((0..256).collect()),
+        }
+        .spec(),
+        "holes=all;layers=0-2,5,7-8;experts=0-255"
+    );
+    for bad in [
+        "",
+        "holes=maybe;layers=",
+        "layers=1",
+        "holes=all;layers=x",
+        "holes=all;x=1",
+    ] {
+        assert!(FillPlan::from_spec(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn metadata_records_the_fill_plan() {
+    let plan = FillPlan::with_holes(Holes::Experts);
+    let md = Shape::tiny().metadata(3, &plan);
+    let v = md.iter().find(|(k, _)| k == FILL_KEY).map(|(_, v)| v);
+    assert_eq!(v.and_then(|v| v.as_str()), Some("holes=experts;layers="));
+    // The plan is part of the header, so it moves the data section.
+    let a = plan_layout(&Shape::tiny(), 3, &FillPlan::full()).unwrap();
+    let b = plan_layout(&Shape::tiny(), 3, &plan).unwrap();
+    assert_eq!(
+        a.header_bytes().len() + "experts".len() - "none".len(),
+        b.header_bytes().len()
+    );
 }
