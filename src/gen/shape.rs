@@ -345,6 +345,16 @@ impl Shape {
                     .collect(),
             ),
         ));
+        // BPE merges, one per word token ("tok12 3" makes tok123), as the real file carries
+        // (~129k): with them the Flash header, and so every offset, is close to the real size.
+        md.push((
+            "tokenizer.ggml.merges".to_string(),
+            Value::Array(
+                (FIRST_WORD_TOKEN..self.vocab)
+                    .map(|i| Value::String(format!("tok{} {}", i / 10, i % 10)))
+                    .collect(),
+            ),
+        ));
         md.push(("tokenizer.ggml.bos_token_id".to_string(), Value::U32(0)));
         md.push(("tokenizer.ggml.eos_token_id".to_string(), Value::U32(1)));
         md.push(("ds4stream.gen.seed".to_string(), Value::U64(seed)));
@@ -357,12 +367,15 @@ impl Shape {
     }
 }
 
+/// The first generated token that is a plain word (after 2 special and 256 byte tokens).
+const FIRST_WORD_TOKEN: u64 = 258;
+
 /// The text of generated token `i`: special tokens first, then byte tokens, then plain words.
 fn token_text(i: u64) -> String {
     match i {
         0 => "<|begin_of_sentence|>".to_string(),
         1 => "<|end_of_sentence|>".to_string(),
-        2..=257 => format!("<0x{:02X}>", i - 2),
+        2..FIRST_WORD_TOKEN => format!("<0x{:02X}>", i - 2),
         _ => format!("tok{i}"),
     }
 }
