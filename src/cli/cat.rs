@@ -82,10 +82,9 @@ fn cat_engine(a: &Args) -> Result<Engine, CliError> {
         slot_bytes: CHUNK,
         ..EngineConfig::default()
     };
-    Engine::open(&a.file, device, cfg).map_err(|e| match e {
-        EngineError::Open { .. } => CliError::bad_input(super::chain(&e)),
-        _ => CliError::runtime(super::chain(&e)),
-    })
+    // The header was just read from this path, so a failing open here is a runtime condition
+    // (too many open files, the file replaced meanwhile), not bad input.
+    Engine::open(&a.file, device, cfg).map_err(|e| CliError::runtime(super::chain(&e)))
 }
 
 fn parse_num(s: &str) -> Option<u64> {
