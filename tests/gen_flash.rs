@@ -84,6 +84,30 @@ fn flash_sparse_file() {
     }
     assert!(past_4g > 30_000, "{past_4g} of 33,024 slices past 4 GiB");
 
+    // `ds4 inspect --json` on the 81 GiB file reads only the header: quick, small, and the same
+    // table and DS4 view.
+    let t0 = std::time::Instant::now();
+    let o = run_ds4(&["inspect", p.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        t0.elapsed().as_secs() < 10,
+        "inspect read more than the header?"
+    );
+    let j: Json = serde_json::from_slice(&o.stdout).unwrap();
+    let tj = j["tensors"].as_array().unwrap();
+    assert_eq!(tj.len(), f.tensors.len());
+    for (a, b) in tj.iter().zip(&f.tensors) {
+        assert_eq!(
+            a,
+            &serde_json::json!({"name": b.name, "type": b.ggml_type.name(), "shape": b.dims,
+                                "offset": b.offset, "nbytes": b.nbytes})
+        );
+    }
+    assert_eq!(j["ds4"]["routed_bytes"], m.routed_bytes);
+    assert_eq!(j["ds4"]["resident_bytes"], m.resident_bytes);
+    assert_eq!(j["ds4"]["bytes_per_expert"]["total"], 7_077_888);
+    assert_eq!(j["ds4"]["layers"], 43);
+
     // gguf-py sees the same table (absolute offsets past 4 GiB included).
     let out = run_py(
         "gen_readback.py",
