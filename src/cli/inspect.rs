@@ -247,7 +247,9 @@ pub fn text_view(path: &Path, f: &GgufFile) -> String {
 fn text_value(v: &Value) -> String {
     match v {
         Value::String(x) => text_string(x),
-        Value::Array(items) if items.len() > TEXT_ARRAY_MAX => {
+        // Nested arrays count every value they hold: 16 arrays of 16 arrays of ... would
+        // otherwise print a million values on one line.
+        Value::Array(items) if items.len() > TEXT_ARRAY_MAX || !fits_inline(v) => {
             format!("[{} x {}]", items.len(), v.elem_type_name().unwrap_or("?"))
         }
         Value::Array(items) => {
@@ -267,6 +269,24 @@ fn text_value(v: &Value) -> String {
         Value::U64(x) => x.to_string(),
         Value::I64(x) => x.to_string(),
     }
+}
+
+/// True when array `v` holds at most 2 x [`TEXT_ARRAY_MAX`] values in all, nested arrays
+/// counted as values too (16 levels of empty arrays print as much as their elements would).
+/// Stops counting past the limit, so it costs O(limit) whatever the array's size.
+fn fits_inline(v: &Value) -> bool {
+    fn count(items: &[Value], left: &mut usize) -> bool {
+        items.iter().all(|it| {
+            *left = left.saturating_sub(1);
+            *left > 0
+                && match it {
+                    Value::Array(inner) => count(inner, left),
+                    _ => true,
+                }
+        })
+    }
+    let mut left = 2 * TEXT_ARRAY_MAX + 1;
+    v.as_array().is_none_or(|items| count(items, &mut left))
 }
 
 fn text_string(x: &str) -> String {
@@ -327,6 +347,12 @@ mod tests {
         assert_eq!(text_value(&Value::I64(i64::MIN)), i64::MIN.to_string());
         let long = Value::Array(vec![Value::I32(0); 129_280]);
         assert_eq!(text_value(&long), "[129280 x INT32]");
+        let nested = Value::Array(vec![Value::Array(vec![Value::U8(1); 16]); 16]);
+        assert_eq!(text_value(&nested), "[16 x ARRAY]");
+        let small = Value::Array(vec![Value::Array(vec![Value::U8(1); 2]); 8]);
+        assert!(text_value(&small).starts_with("[[1, 1], [1, 1]"));
+        let empties = Value::Array(vec![Value::Array(vec![Value::Array(vec![]); 16]); 16]);
+        assert_eq!(text_value(&empties), "[16 x ARRAY]");
         let s = "x".repeat(1000);
         let t = text_value(&Value::String(s));
         assert!(t.ends_with("... (1000 bytes)") && t.len() < 100, "{t}");
