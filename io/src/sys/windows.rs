@@ -72,6 +72,11 @@ fn to_io(e: windows::core::Error) -> io::Error {
     }
 }
 
+/// The error for a path that is not a regular file (the same kind and words as on Unix).
+fn not_a_file() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")
+}
+
 fn win32(e: &windows::core::Error) -> Option<WIN32_ERROR> {
     WIN32_ERROR::from_error(e)
 }
@@ -97,14 +102,19 @@ impl SharedFile {
                 None,
             )
         }
-        .map_err(to_io)?;
+        .map_err(|e| {
+            // Without FILE_FLAG_BACKUP_SEMANTICS a directory cannot be opened: Windows answers
+            // ERROR_ACCESS_DENIED, which would blame permissions. Say what the path is.
+            if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+                not_a_file()
+            } else {
+                to_io(e)
+            }
+        })?;
         let handle = Owned(h);
         // SAFETY: `handle` is an open file handle.
         if unsafe { GetFileType(handle.0) } != FILE_TYPE_DISK {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
+            return Err(not_a_file());
         }
         let mut size = 0i64;
         // SAFETY: `size` is a writable i64 for the duration of the call.
