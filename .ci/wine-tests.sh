@@ -255,6 +255,17 @@ for spec in \
     lin "$l/cat.bin" cat "$tiny_l" "${a[@]}"
     check "cat tiny $spec: identical to Linux" same "$w/cat.bin" "$l/cat.bin"
 done
+# A path past MAX_PATH (260 characters), which Windows opens only in its \\?\ form (Wine opens
+# it either way: this checks the form works end to end, header parse and engine reads).
+deep="$w"
+for i in 1 2 3 4 5; do deep="$deep/$i-$(printf 'd%.0s' {1..50})"; done
+mkdir -p "$deep"
+cp "$tiny_w" "$deep/tiny.gguf"
+check "cat tiny, path of ${#deep} characters" win "$w/cat.bin" \
+    cat "$(winpath "$deep/tiny.gguf")" blk.3.ffn_down_exps.weight --expert 15
+lin "$l/cat.bin" cat "$tiny_l" blk.3.ffn_down_exps.weight --expert 15
+check "cat tiny, long path: identical to Linux" same "$w/cat.bin" "$l/cat.bin"
+rm -rf "$w/1-d"*
 # demo streams 4 tokens of experts through the engine (18 workers, own handles) and checks
 # every byte against the generator; --json says how many bytes it verified.
 check "demo --model tiny --tokens 4" win "$w/demo.json" \

@@ -13,9 +13,10 @@
 //! buffered reads for good and records why.
 //!
 //! Limits: no per-range page-cache eviction exists on Windows, so `drop_cache` does nothing (the
-//! unbuffered handle is the cold mode). Paths longer than `MAX_PATH` need the `\\?\` prefix from
-//! the caller. A read waits for its own completion before returning: one read in flight per
-//! worker; the pool's workers provide the queue depth.
+//! unbuffered handle is the cold mode). Paths of `MAX_PATH` length or more are opened through
+//! their absolute `\\?\` form, as std does, so a path the GGUF parser (std) opened opens here
+//! too. A read waits for its own completion before returning: one read in flight per worker; the
+//! pool's workers provide the queue depth.
 
 use super::{exact_loop, plan, Plan};
 use crate::error::ReadError;
@@ -81,6 +82,43 @@ fn win32(e: &windows::core::Error) -> Option<WIN32_ERROR> {
     WIN32_ERROR::from_error(e)
 }
 
+/// Paths this long or longer take the `\\?\` prefix: `CreateFileW` refuses `MAX_PATH` (260)
+/// characters or more without it (unless the process opted into long paths), and std, which
+/// opened the same path for the GGUF header, uses the same threshold (directories: 248).
+const LONG_PATH: usize = 248;
+
+/// The name `CreateFileW` gets for `path`: the path itself when short, else its absolute form
+/// with the `\\?\` (or `\\?\UNC\`) prefix. A prefixed path is taken literally (no `/` or `..`
+/// handling), so `std::path::absolute` (GetFullPathNameW) resolves those first.
+fn create_name(path: &Path) -> io::Result<HSTRING> {
+    use std::os::windows::ffi::OsStrExt;
+    let wide: Vec<u16> = path.as_os_str().encode_wide().collect();
+    if wide.len() < LONG_PATH || wide.starts_with(&wide_str(r"\\?\")) {
+        return Ok(HSTRING::from_wide(&wide));
+    }
+    let abs: Vec<u16> = std::path::absolute(path)?
+        .as_os_str()
+        .encode_wide()
+        .collect();
+    Ok(HSTRING::from_wide(&verbatim(&abs)))
+}
+
+/// `\\?\` + an absolute path: `C:\x` -> `\\?\C:\x`, `\\server\share\x` ->
+/// `\\?\UNC\server\share\x`; paths already in a device form (`\\?\`, `\\.\`) stay.
+fn verbatim(abs: &[u16]) -> Vec<u16> {
+    if abs.starts_with(&wide_str(r"\\?\")) || abs.starts_with(&wide_str(r"\\.\")) {
+        return abs.to_vec();
+    }
+    if let Some(unc) = abs.strip_prefix(&wide_str(r"\\")[..]) {
+        return [&wide_str(r"\\?\UNC\")[..], unc].concat();
+    }
+    [&wide_str(r"\\?\")[..], abs].concat()
+}
+
+fn wide_str(s: &str) -> Vec<u16> {
+    s.encode_utf16().collect()
+}
+
 /// The handle opened with `CreateFileW`; workers `ReOpenFile` it.
 pub(crate) struct SharedFile {
     handle: Owned,
@@ -88,7 +126,7 @@ pub(crate) struct SharedFile {
 
 impl SharedFile {
     pub(crate) fn open(path: &Path) -> io::Result<(Self, u64)> {
-        let name = HSTRING::from(path);
+        let name = create_name(path)?;
         // SAFETY: `name` is a NUL-terminated wide string that outlives the call; no security
         // attributes or template handle are passed.
         let h = unsafe {
@@ -443,6 +481,21 @@ mod tests {
         } else {
             assert_eq!(s.direct_bytes, 4096, "{s:?}");
         }
+    }
+
+    #[test]
+    fn long_paths_get_the_verbatim_prefix() {
+        let v = |s: &str| String::from_utf16(&verbatim(&wide_str(s))).unwrap();
+        assert_eq!(v(r"C:\m\x.gguf"), r"\\?\C:\m\x.gguf");
+        assert_eq!(v(r"\\srv\share\x.gguf"), r"\\?\UNC\srv\share\x.gguf");
+        assert_eq!(v(r"\\?\C:\x.gguf"), r"\\?\C:\x.gguf");
+        assert_eq!(v(r"\\.\PhysicalDrive0"), r"\\.\PhysicalDrive0");
+
+        let short = Path::new(r"C:/models/../x.gguf");
+        assert_eq!(create_name(short).unwrap(), HSTRING::from(short));
+        let long = format!(r"C:\{}\..\m/x.gguf", "d".repeat(300));
+        let name = create_name(Path::new(&long)).unwrap().to_string();
+        assert_eq!(name, r"\\?\C:\m\x.gguf", "absolute resolves .. and /");
     }
 
     /// A file marked sparse leaves what was never written unallocated: 8 GiB of length with
