@@ -3,8 +3,9 @@
 #
 # 1. Builds every test executable of the workspace (ds4-io and ds4-stream: lib, bins, tests/*.rs)
 #    and the `ds4` binary for x86_64-win7-windows-gnu with Debian's rustc-web (std rebuilt from
-#    rust-web-src with -Zbuild-std; RUSTC_BOOTSTRAP unlocks -Z on a stable compiler), and the
-#    Linux `ds4` as the reference for byte comparisons.
+#    rust-web-src with -Zbuild-std; RUSTC_BOOTSTRAP unlocks -Z on a stable compiler), with
+#    clippy -D warnings on the workspace's crates, and the Linux `ds4` as the reference for byte
+#    comparisons.
 # 2. Runs the test executables under wine64, except the tests that need python (SKIP below).
 # 3. Runs `ds4.exe` end to end and compares with the Linux build: gen-model (tiny: identical
 #    files), inspect, cat (whole tensors, experts, ranges), demo (verifies every streamed byte
@@ -27,6 +28,7 @@ elapsed() { echo "$(($(date +%s) - start)) s"; }
 need=()
 [ -x /usr/bin/rustc ] || need+=(rustc-web)
 [ -x /usr/bin/cargo ] || need+=(cargo-web)
+[ -x /usr/bin/clippy-driver ] || need+=(rust-web-clippy)
 [ -d /usr/lib/rustlib/src/rust/library ] || need+=(rust-web-src)
 command -v x86_64-w64-mingw32-gcc >/dev/null || need+=(gcc-mingw-w64-x86-64)
 [ -x /usr/lib/wine/wine64 ] || need+=(wine64)
@@ -46,11 +48,15 @@ mkdir -p "$wine_target_dir"
 say "building the workspace's tests and ds4.exe for $target"
 # `cargo test --no-run` also builds the binaries (the integration tests run ds4.exe through
 # CARGO_BIN_EXE_ds4). The host cargo/rustc are not used for this build.
-# -D warnings: the Linux clippy never sees cfg(windows) code; here a warning in it fails the
-# build (dependencies and std are built with lints capped, as always).
+# Clippy: the Linux `cargo clippy` never sees cfg(windows) code, so the Windows build runs
+# Debian's clippy-driver (same version as /usr/bin/rustc) as the wrapper of the workspace's
+# crates: it lints while it compiles, and with -D warnings any warning or clippy lint fails the
+# build (std and the dependencies are built with lints capped, and unlinted, as always). This
+# costs seconds, where a separate `cargo clippy` would check std and the dependencies again.
 wcargo() {
     CARGO_TARGET_DIR="$wine_target_dir" RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
-        RUSTFLAGS="-D warnings" CARGO_TERM_COLOR=never /usr/bin/cargo test --workspace --no-run \
+        RUSTC_WORKSPACE_WRAPPER=/usr/bin/clippy-driver RUSTFLAGS="-D warnings" \
+        CARGO_TERM_COLOR=never /usr/bin/cargo test --workspace --no-run \
         -Zbuild-std=std,panic_abort --target "$target" "$@"
 }
 # Built once with readable diagnostics (a compile error shows in the CI log), then listed

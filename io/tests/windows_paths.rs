@@ -99,7 +99,8 @@ fn eighteen_pool_workers_read_past_4gib_unbuffered_through_their_own_handles() {
     let dir = scratch();
     let path = dir.path().join("pool.bin");
     let len = 4 * GIB + 18 * MIB;
-    let p = Arc::new(pattern::write_file(&path, len, &[4 * GIB..len]).unwrap());
+    let p =
+        Arc::new(pattern::write_file(&path, len, std::slice::from_ref(&(4 * GIB..len))).unwrap());
     let pool = ReaderPool::new(
         FileSource::open(&path, OpenConfig::default()).unwrap(),
         &PoolConfig::default(),
