@@ -99,7 +99,8 @@ fn eighteen_pool_workers_read_past_4gib_unbuffered_through_their_own_handles() {
     let dir = scratch();
     let path = dir.path().join("pool.bin");
     let len = 4 * GIB + 18 * MIB;
-    let p = Arc::new(pattern::write_file(&path, len, &[4 * GIB..len]).unwrap());
+    let p =
+        Arc::new(pattern::write_file(&path, len, std::slice::from_ref(&(4 * GIB..len))).unwrap());
     let pool = ReaderPool::new(
         FileSource::open(&path, OpenConfig::default()).unwrap(),
         &PoolConfig::default(),
@@ -139,4 +140,26 @@ fn eighteen_pool_workers_read_past_4gib_unbuffered_through_their_own_handles() {
         // Each worker's own handle did its first read unbuffered.
         assert_eq!((s.direct_bytes, s.buffered_bytes), (MIB, 0), "{s:?}");
     }
+}
+
+/// A path longer than MAX_PATH (260): std opens it (it adds the `\\?\` prefix itself), so the
+/// GGUF header parses; the reader must open the same path, through its `\\?\` form. (Wine opens
+/// long paths without the prefix too, so under Wine this shows that the prefixed form works,
+/// not that real Windows needs it.)
+#[test]
+fn long_and_relative_paths_open() {
+    let dir = scratch();
+    let mut deep = dir.path().to_path_buf();
+    for i in 0..6 {
+        deep.push(format!("{i}-{}", "d".repeat(50)));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    let path = deep.join("model.gguf");
+    assert!(path.as_os_str().len() > 300, "{}", path.display());
+    let p = pattern::write_full(&path, 64 * 1024).unwrap();
+    let src = FileSource::open(&path, OpenConfig::default()).unwrap();
+    let mut h = src.open_handle().unwrap();
+    let mut buf = vec![0u8; 1000];
+    h.read_exact_at(&mut buf, 12345).unwrap();
+    p.verify(12345, &buf).unwrap();
 }

@@ -86,10 +86,16 @@ pub(crate) struct FileSource {
 
 impl FileSource {
     pub(crate) fn open(path: PathBuf) -> Result<Self, GgufError> {
-        let file = open_read(&path).map_err(|source| GgufError::Open {
-            path: path.clone(),
-            source,
-        })?;
+        let file = match open_read(&path) {
+            Ok(f) => f,
+            // Windows refuses to open a directory as a file (ERROR_ACCESS_DENIED, "Access is
+            // denied"), which would blame permissions; say what the path is instead. (On Unix
+            // the open succeeds and the `is_file` check below catches it.)
+            Err(_) if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) => {
+                return Err(GgufError::NotAFile { path });
+            }
+            Err(source) => return Err(GgufError::Open { path, source }),
+        };
         let meta = file.metadata().map_err(|source| GgufError::Open {
             path: path.clone(),
             source,

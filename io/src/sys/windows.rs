@@ -13,9 +13,10 @@
 //! buffered reads for good and records why.
 //!
 //! Limits: no per-range page-cache eviction exists on Windows, so `drop_cache` does nothing (the
-//! unbuffered handle is the cold mode). Paths longer than `MAX_PATH` need the `\\?\` prefix from
-//! the caller. A read waits for its own completion before returning: one read in flight per
-//! worker; the pool's workers provide the queue depth.
+//! unbuffered handle is the cold mode). Paths of `MAX_PATH` length or more are opened through
+//! their absolute `\\?\` form, as std does, so a path the GGUF parser (std) opened opens here
+//! too. A read waits for its own completion before returning: one read in flight per worker; the
+//! pool's workers provide the queue depth.
 
 use super::{exact_loop, plan, Plan};
 use crate::error::ReadError;
@@ -72,8 +73,50 @@ fn to_io(e: windows::core::Error) -> io::Error {
     }
 }
 
+/// The error for a path that is not a regular file (the same kind and words as on Unix).
+fn not_a_file() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")
+}
+
 fn win32(e: &windows::core::Error) -> Option<WIN32_ERROR> {
     WIN32_ERROR::from_error(e)
+}
+
+/// Paths this long or longer take the `\\?\` prefix: `CreateFileW` refuses `MAX_PATH` (260)
+/// characters or more without it (unless the process opted into long paths), and std, which
+/// opened the same path for the GGUF header, uses the same threshold (directories: 248).
+const LONG_PATH: usize = 248;
+
+/// The name `CreateFileW` gets for `path`: the path itself when short, else its absolute form
+/// with the `\\?\` (or `\\?\UNC\`) prefix. A prefixed path is taken literally (no `/` or `..`
+/// handling), so `std::path::absolute` (GetFullPathNameW) resolves those first.
+fn create_name(path: &Path) -> io::Result<HSTRING> {
+    use std::os::windows::ffi::OsStrExt;
+    let wide: Vec<u16> = path.as_os_str().encode_wide().collect();
+    if wide.len() < LONG_PATH || wide.starts_with(&wide_str(r"\\?\")) {
+        return Ok(HSTRING::from_wide(&wide));
+    }
+    let abs: Vec<u16> = std::path::absolute(path)?
+        .as_os_str()
+        .encode_wide()
+        .collect();
+    Ok(HSTRING::from_wide(&verbatim(&abs)))
+}
+
+/// `\\?\` + an absolute path: `C:\x` -> `\\?\C:\x`, `\\server\share\x` ->
+/// `\\?\UNC\server\share\x`; paths already in a device form (`\\?\`, `\\.\`) stay.
+fn verbatim(abs: &[u16]) -> Vec<u16> {
+    if abs.starts_with(&wide_str(r"\\?\")) || abs.starts_with(&wide_str(r"\\.\")) {
+        return abs.to_vec();
+    }
+    if let Some(unc) = abs.strip_prefix(&wide_str(r"\\")[..]) {
+        return [&wide_str(r"\\?\UNC\")[..], unc].concat();
+    }
+    [&wide_str(r"\\?\")[..], abs].concat()
+}
+
+fn wide_str(s: &str) -> Vec<u16> {
+    s.encode_utf16().collect()
 }
 
 /// The handle opened with `CreateFileW`; workers `ReOpenFile` it.
@@ -83,7 +126,7 @@ pub(crate) struct SharedFile {
 
 impl SharedFile {
     pub(crate) fn open(path: &Path) -> io::Result<(Self, u64)> {
-        let name = HSTRING::from(path);
+        let name = create_name(path)?;
         // SAFETY: `name` is a NUL-terminated wide string that outlives the call; no security
         // attributes or template handle are passed.
         let h = unsafe {
@@ -97,14 +140,19 @@ impl SharedFile {
                 None,
             )
         }
-        .map_err(to_io)?;
+        .map_err(|e| {
+            // Without FILE_FLAG_BACKUP_SEMANTICS a directory cannot be opened: Windows answers
+            // ERROR_ACCESS_DENIED, which would blame permissions. Say what the path is.
+            if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+                not_a_file()
+            } else {
+                to_io(e)
+            }
+        })?;
         let handle = Owned(h);
         // SAFETY: `handle` is an open file handle.
         if unsafe { GetFileType(handle.0) } != FILE_TYPE_DISK {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
+            return Err(not_a_file());
         }
         let mut size = 0i64;
         // SAFETY: `size` is a writable i64 for the duration of the call.
@@ -433,5 +481,70 @@ mod tests {
         } else {
             assert_eq!(s.direct_bytes, 4096, "{s:?}");
         }
+    }
+
+    #[test]
+    fn long_paths_get_the_verbatim_prefix() {
+        let v = |s: &str| String::from_utf16(&verbatim(&wide_str(s))).unwrap();
+        assert_eq!(v(r"C:\m\x.gguf"), r"\\?\C:\m\x.gguf");
+        assert_eq!(v(r"\\srv\share\x.gguf"), r"\\?\UNC\srv\share\x.gguf");
+        assert_eq!(v(r"\\?\C:\x.gguf"), r"\\?\C:\x.gguf");
+        assert_eq!(v(r"\\.\PhysicalDrive0"), r"\\.\PhysicalDrive0");
+
+        let short = Path::new(r"C:/models/../x.gguf");
+        assert_eq!(create_name(short).unwrap(), HSTRING::from(short));
+        let long = format!(r"C:\{}\..\m/x.gguf", "d".repeat(300));
+        let name = create_name(Path::new(&long)).unwrap().to_string();
+        assert_eq!(name, r"\\?\C:\m\x.gguf", "absolute resolves .. and /");
+    }
+
+    /// A file marked sparse leaves what was never written unallocated: 8 GiB of length with
+    /// 1 MiB written at the end takes about 1 MiB. On NTFS this holds only because of
+    /// FSCTL_SET_SPARSE (gen-model's flash files rely on it); under Wine the Linux filesystem
+    /// makes the holes anyway and the test shows only that the call does no harm.
+    #[test]
+    fn marked_sparse_files_leave_holes() {
+        use std::io::{Seek, SeekFrom, Write};
+        use std::os::windows::io::AsRawHandle;
+        use windows::Win32::Storage::FileSystem::{
+            FileStandardInfo, GetCompressedFileSizeW, FILE_STANDARD_INFO,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sparse.bin");
+        let mut f = std::fs::File::create(&path).unwrap();
+        mark_sparse(&f);
+        f.seek(SeekFrom::Start(8 << 30)).unwrap();
+        f.write_all(&vec![1u8; 1 << 20]).unwrap();
+        f.set_len((8 << 30) + (2 << 20)).unwrap();
+        f.sync_all().unwrap();
+        assert_eq!(f.metadata().unwrap().len(), (8 << 30) + (2 << 20));
+        // Two measures of the allocated bytes: GetCompressedFileSizeW is the documented one for
+        // sparse files on Windows (Wine answers the logical size there); FileStandardInfo's
+        // AllocationSize is what Wine fills from the Linux block count. Neither is ever below
+        // the real allocation, so the smaller one is an honest upper bound on both.
+        let mut info = FILE_STANDARD_INFO::default();
+        // SAFETY: `f` is open; `info` is a writable FILE_STANDARD_INFO of the size passed.
+        unsafe {
+            GetFileInformationByHandleEx(
+                HANDLE(f.as_raw_handle()),
+                FileStandardInfo,
+                (&mut info as *mut FILE_STANDARD_INFO).cast(),
+                std::mem::size_of::<FILE_STANDARD_INFO>() as u32,
+            )
+        }
+        .unwrap();
+        drop(f);
+        let name = HSTRING::from(path.as_path());
+        let mut high = 0u32;
+        // SAFETY: `name` is a NUL-terminated wide string and `high` a writable u32, both alive
+        // for the call.
+        let low = unsafe { GetCompressedFileSizeW(&name, Some(&mut high)) };
+        let compressed = (u64::from(high) << 32) | u64::from(low);
+        let allocated = compressed.min(u64::try_from(info.AllocationSize).unwrap_or(u64::MAX));
+        assert!(
+            allocated < 64 << 20,
+            "1 MiB written, {compressed} B compressed size, {} B allocation size: not sparse",
+            info.AllocationSize
+        );
     }
 }
