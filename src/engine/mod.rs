@@ -23,6 +23,9 @@ mod stats;
 pub use error::EngineError;
 pub use request::{ReadRequest, Ticket};
 pub use stats::{Latency, StatsSnapshot};
+/// The chunk planner, public only for the `plan_chunks` fuzz target and its regression test.
+#[doc(hidden)]
+pub use pipeline::{chunk_count as plan_chunk_count, chunks as plan_chunks};
 
 use crate::device::{Device, DeviceBuffer, PINNED_ALIGN};
 use bytes::Bytes;
