@@ -21,11 +21,11 @@ mod request;
 mod stats;
 
 pub use error::EngineError;
-pub use request::{ReadRequest, Ticket};
-pub use stats::{Latency, StatsSnapshot};
 /// The chunk planner, public only for the `plan_chunks` fuzz target and its regression test.
 #[doc(hidden)]
 pub use pipeline::{chunk_count as plan_chunk_count, chunks as plan_chunks};
+pub use request::{ReadRequest, Ticket};
+pub use stats::{Latency, StatsSnapshot};
 
 use crate::device::{Device, DeviceBuffer, PINNED_ALIGN};
 use bytes::Bytes;
