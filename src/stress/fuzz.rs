@@ -90,9 +90,12 @@ pub fn micro_shape() -> Shape {
     }
 }
 
+/// Metadata and tensor list of a GGUF file to be planned.
+type Table = (Vec<(String, Value)>, Vec<TensorSpec>);
+
 /// Metadata and tensor list of [`micro_shape`] (built once).
-fn micro() -> &'static (Vec<(String, Value)>, Vec<TensorSpec>) {
-    static M: OnceLock<(Vec<(String, Value)>, Vec<TensorSpec>)> = OnceLock::new();
+fn micro() -> &'static Table {
+    static M: OnceLock<Table> = OnceLock::new();
     M.get_or_init(|| {
         let s = micro_shape();
         (s.metadata(1), s.inventory())
@@ -394,7 +397,7 @@ fn plan_input(b: &mut Bytes<'_>) -> (u64, usize, usize) {
         0 => v,
         1 => (1u64 << 31).wrapping_add(v % 8192).wrapping_sub(4096),
         2 => (1u64 << 32).wrapping_add(v % 8192).wrapping_sub(4096),
-        3 => u64::MAX - len.min(u64::MAX) - (v % 4096).min(u64::MAX - len),
+        3 => u64::MAX - len - (v % 4096).min(u64::MAX - len),
         4 => v % (1 << 20),
         5 => (v % 64) * chunk as u64,
         6 => (v % 64) * chunk as u64 + 1,
