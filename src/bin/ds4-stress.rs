@@ -62,7 +62,8 @@ struct Args {
     #[arg(long)]
     unified: bool,
     /// Faults: none, all, or a list such as short=0.05,eintr=0.02:8,eio=0.001,eio-at=500,
-    /// spike=0.01:20ms,latency=50us,open-fail=0.3,slow-copy=200us (later items override).
+    /// spike=0.01:20ms,latency=50us,open-fail=0.3,slow-copy=200us (later items override);
+    /// bitflip=P corrupts reads on purpose (a verifier self-test: the run must fail).
     #[arg(long, default_value = "none", value_parser = FaultSpec::parse)]
     faults: FaultSpec,
     /// Probability that a client drops its ticket or future (now, or after 0-3 ms).

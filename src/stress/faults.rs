@@ -42,6 +42,10 @@ pub struct FaultSpec {
     /// Delay before every host-to-device copy (the host backend's copy thread).
     #[serde(serialize_with = "ser_duration")]
     pub slow_copy: Duration,
+    /// Probability that a successful read comes back with one bit flipped: silent corruption
+    /// that only the verifier can catch. A self-test of the verifier: a run with it must fail
+    /// with wrong bytes.
+    pub bitflip: f64,
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -55,8 +59,8 @@ pub const ALL: &str =
 
 impl FaultSpec {
     /// Parses `none`, `all`, or a comma-separated list of `short=P`, `eintr=P[:MAX]`, `eio=P`,
-    /// `eio-at=N`, `spike=P:DURATION`, `latency=DURATION`, `open-fail=P`, `slow-copy=DURATION`
-    /// (durations like `20ms`, `150us`, `1s`). Later items override earlier ones, so
+    /// `eio-at=N`, `spike=P:DURATION`, `latency=DURATION`, `open-fail=P`, `slow-copy=DURATION`,
+    /// `bitflip=P` (durations like `20ms`, `150us`, `1s`). Later items override earlier ones, so
     /// `all,eio=0` is everything but random EIO.
     pub fn parse(s: &str) -> Result<FaultSpec, String> {
         let mut f = FaultSpec {
@@ -105,6 +109,7 @@ impl FaultSpec {
             ("latency", None) => self.latency = parse_duration(a)?,
             ("open-fail", None) => self.open_fail = prob(k, a)?,
             ("slow-copy", None) => self.slow_copy = parse_duration(a)?,
+            ("bitflip", None) => self.bitflip = prob(k, a)?,
             _ => return Err(format!("unknown fault {item:?} (see --help)")),
         }
         Ok(())
@@ -128,7 +133,7 @@ impl FaultSpec {
             spike_prob: self.spike,
             spike: self.spike_len,
             fail_open_at,
-            bit_flip_prob: 0.0,
+            bit_flip_prob: self.bitflip,
         }
     }
 }

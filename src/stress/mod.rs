@@ -284,6 +284,7 @@ impl Starter {
             t.eio += c.eio;
             t.spikes += c.spikes;
             t.open_failures += c.open_failures;
+            t.bit_flips += c.bit_flips;
         }
         t
     }

@@ -214,6 +214,7 @@ pub struct Injected {
     pub eio: u64,
     pub spikes: u64,
     pub open_failures: u64,
+    pub bit_flips: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -387,13 +388,15 @@ impl Report {
             }
         );
         s += &format!(
-            "injected: {} reads, {} short, {} EINTR, {} EIO, {} spikes, {} open failures\n",
+            "injected: {} reads, {} short, {} EINTR, {} EIO, {} spikes, {} open failures, {} bit \
+             flips\n",
             g(i.reads),
             g(i.short_reads),
             g(i.eintr),
             g(i.eio),
             g(i.spikes),
-            i.open_failures
+            i.open_failures,
+            g(i.bit_flips)
         );
         s += &format!(
             "EIO: {} injected, {} reported, {} in unobserved requests, {} swallowed; open \
