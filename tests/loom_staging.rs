@@ -31,7 +31,7 @@
 #![cfg(ds4_loom)]
 
 use loom::cell::UnsafeCell;
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 use std::collections::VecDeque;
@@ -129,6 +129,9 @@ struct Copy {
 /// `Completion` + `RequestState` of one request.
 struct Request {
     remaining: AtomicUsize,
+    finalized: AtomicBool,
+    /// The engine's `stats.request` count (bumped before the ticket completes).
+    counted: AtomicUsize,
     error: Mutex<Option<&'static str>>,
     state: Mutex<(bool, Option<Result<(), &'static str>>, Option<Waker>)>,
     cv: Condvar,
@@ -139,6 +142,8 @@ impl Request {
     fn new(chunks: usize) -> Arc<Self> {
         Arc::new(Self {
             remaining: AtomicUsize::new(chunks),
+            finalized: AtomicBool::new(false),
+            counted: AtomicUsize::new(0),
             error: Mutex::new(None),
             state: Mutex::new((false, None, None)),
             cv: Condvar::new(),
@@ -146,7 +151,9 @@ impl Request {
         })
     }
 
-    /// `RequestState::finish_chunk`.
+    /// `RequestState::finish_chunk` and `finalize`: the last chunk takes the error, claims
+    /// the completion through the `finalized` flag (a second finaliser returns), counts the
+    /// request in the stats, then completes the ticket.
     fn finish_chunk(&self, r: Result<(), &'static str>) {
         if let Err(e) = r {
             self.error.lock().unwrap().get_or_insert(e);
@@ -156,6 +163,10 @@ impl Request {
                 Some(e) => Err(e),
                 None => Ok(()),
             };
+            if self.finalized.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            self.counted.fetch_add(1, Ordering::Release);
             self.complete(r);
         }
     }
@@ -372,6 +383,8 @@ fn pipeline(
         Wait::Blocking => req.wait(),
         Wait::Future => loom::future::block_on(TicketFuture(req.clone())),
     };
+    // A woken waiter sees its request counted (ds4-stress relies on the stats count).
+    assert_eq!(req.counted.load(Ordering::Acquire), 1);
     // After completion the waiter may read every destination it asked for: all copies of ok
     // chunks must happen-before this (loom reports the read as a race otherwise).
     let got: Vec<u64> = if r.is_ok() && read_dst {
