@@ -158,3 +158,23 @@ fn sparse_file_with_holes_and_huge_reads() {
     assert!(r.passed(), "{}", show(&r));
     assert!(r.bytes_verified > GIB / 4, "{}", show(&r));
 }
+
+#[test]
+fn async_clients_share_a_tight_budget_without_stalling_the_runtime() {
+    // Regression: async clients used to block a runtime thread waiting for budget, which
+    // could stall the tasks holding it (a 5-minute run hung). 16 tasks, room for ~4 experts.
+    let mut cfg = base(400, "slow-copy=100us");
+    cfg.threads = 0;
+    cfg.tasks = 16;
+    cfg.max_inflight_bytes = 32 << 20;
+    cfg.storm_every = None;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run_alone(&cfg));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the run stalled: hang");
+    assert!(r.passed(), "{}", show(&r));
+    assert_eq!(r.ops, 400);
+}

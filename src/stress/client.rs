@@ -508,8 +508,15 @@ pub async fn task_client(ctx: Arc<Ctx>, seed: u64) {
     while let Some(id) = ctx.work.next() {
         let mut op = plan(&mut rng, file_len, ctx.huge_bytes, ctx.budget.max(), true);
         op.cancel = pick_cancel(&mut rng, ctx.cancel);
-        // The budget blocks this worker thread briefly; tasks are few and ops short.
-        let _held = ctx.budget.acquire(op.bytes().max(op.dest_len as u64));
+        // Never block a runtime thread on the budget: the tasks that would give bytes back
+        // need those threads to run (a blocking acquire here deadlocked a 5-minute run).
+        let need = op.bytes().max(op.dest_len as u64);
+        let _held = loop {
+            match ctx.budget.try_acquire(need) {
+                Some(g) => break g,
+                None => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        };
         ctx.tally.ops.fetch_add(1, Ordering::Relaxed);
         let labels = labels(id, op.ranges.len());
         let limit = match op.cancel {

@@ -149,6 +149,18 @@ impl Budget {
     pub fn max(&self) -> u64 {
         self.max
     }
+    /// Takes `n` bytes if they fit now (async clients poll this: blocking a runtime thread
+    /// in [`Budget::acquire`] could stall the very tasks that would give bytes back).
+    pub fn try_acquire(&self, n: u64) -> Option<BudgetGuard<'_>> {
+        let n = n.min(self.max);
+        let mut u = self.used.lock().unwrap_or_else(PoisonError::into_inner);
+        if *u + n > self.max {
+            return None;
+        }
+        *u += n;
+        Some(BudgetGuard { b: self, n })
+    }
+
     /// Blocks until `n` bytes fit (`n` is at most `max`: operations are planned that way).
     pub fn acquire(&self, n: u64) -> BudgetGuard<'_> {
         let n = n.min(self.max);
