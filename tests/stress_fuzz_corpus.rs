@@ -131,7 +131,7 @@ fn planner_edge_cases_tile() {
     // The engine stage at its extremes: the file's unaligned end, 0 bytes, 2 and 4 GiB.
     let mut last = vec![0u8, 3, 3, 0];
     last.extend_from_slice(&0u64.to_le_bytes());
-    last.extend_from_slice(&((3u64 << 20) - 1).to_le_bytes());
+    last.extend_from_slice(&((1u64 << 20) + 8191).to_le_bytes());
     check_plan_chunks_engine(&last);
     const { assert!(ENGINE_FILE_LEN % 4096 != 0) };
 }
@@ -221,4 +221,15 @@ fn write_seed_corpora() {
     for (name, d) in seeds {
         write("plan_chunks", name, &d);
     }
+}
+
+#[test]
+fn writer_refuses_what_the_parser_rejects() {
+    // Found by the structured mode: the writer used to plan a zero dim the parser rejects.
+    use ds4_stream::gguf::writer::TensorSpec;
+    use ds4_stream::gguf::GgmlType;
+    let e = TensorSpec::new("t", GgmlType::F32, &[4, 0])
+        .nbytes()
+        .unwrap_err();
+    assert!(e.to_string().contains("dim 1 is 0"), "{e}");
 }

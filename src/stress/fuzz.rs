@@ -160,10 +160,8 @@ fn edited_micro(rest: &[u8]) {
     if layout.total_len <= 4 << 20 {
         let mut file = layout.header_bytes().to_vec();
         file.resize(layout.total_len as usize, 0);
-        let zero_dim = f.tensors.iter().any(|t| t.dims.contains(&0));
         match parse_bytes(&file, &Caps::default()) {
             Ok(parsed) => {
-                assert!(!zero_dim, "the parser accepted a zero dim");
                 // Debug text, not ==: a NaN metadata value is never equal to itself.
                 if parsed != f {
                     assert_eq!(
@@ -173,9 +171,6 @@ fn edited_micro(rest: &[u8]) {
                     );
                 }
             }
-            // Known disagreement (reported): `writer::plan` accepts a dim of 0 (a 0-byte
-            // tensor) that the parser rejects as hostile. Any other rejection is a bug.
-            Err(e) if zero_dim => assert!(e.to_string().contains("is 0"), "{e}"),
             Err(e) => panic!("the parser rejects a header the writer planned: {e}"),
         }
     }
@@ -573,14 +568,14 @@ fn rig() -> &'static Mutex<Rig> {
     })
 }
 
-/// Fuzz entry for planner + engine: one read of up to 3 MiB, from a fuzz-chosen place, through
+/// Fuzz entry for planner + engine: one read of up to 1 MiB + 8 KiB, from a fuzz-chosen place, through
 /// an engine with a fuzz-chosen slot size and claimed alignment, into device memory (staged) or
 /// host memory (direct). Every byte must arrive; no read may cross the end of the file.
 pub fn check_plan_chunks_engine(data: &[u8]) {
     let mut b = Bytes(data);
     let (slot_i, align_i, mode, host) = (b.u8(), b.u8(), b.u8(), b.u8() & 1 == 1);
     let (v, l, d) = (b.u64(), b.u64(), b.u64());
-    let len = (l % (3 << 20)) as usize;
+    let len = (l % ((1 << 20) + 8192)) as usize;
     let max_off = ENGINE_FILE_LEN - len as u64;
     let offset = match mode % 5 {
         0 => v % (max_off + 1),

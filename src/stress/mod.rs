@@ -354,11 +354,10 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
         ),
         FileKind::Sparse { path, keep } => {
             let path = path.clone().unwrap_or_else(|| {
-                std::env::temp_dir().join(format!(
-                    "ds4-stress-{}-{}.bin",
-                    std::process::id(),
-                    t_start.elapsed().as_nanos()
-                ))
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                std::env::temp_dir().join(format!("ds4-stress-{}-{nanos}.bin", std::process::id()))
             });
             if !keep {
                 temp.0 = Some(path.clone());
