@@ -3,7 +3,7 @@
 # wrong byte, any error the fault plan does not explain, or a leaked fd / pinned byte:
 #   1. the loom model check of the staging-slot hand-off and ticket completion;
 #   2. ds4-stress on a 6 GiB sparse file with every fault kind, cancellations and shutdown
-#      storms (50 s), then on a virtual 64 GiB file with unified memory (30 s);
+#      storms (40 s), then on a virtual 64 GiB file with unified memory (20 s);
 #   3. under Wine, if the Windows toolchain that .ci/wine-tests.sh sets up is there and the
 #      Windows build of ds4-stress succeeds: a 20 s stress of the Windows reader.
 # Longer runs: see docs/TESTING.md.
@@ -22,9 +22,9 @@ cargo build --release --bin ds4-stress
 bin=target/release/ds4-stress
 # timeout: a hang is a failure too (the stress has its own 60 s lost-request watchdog).
 echo "stress: 6 GiB sparse file, all faults, cancellations, shutdown storms"
-timeout 170 "$bin" --duration 50s --faults all --cancel 0.05 --storm-every 2s --progress
+timeout 170 "$bin" --duration 40s --faults all --cancel 0.05 --storm-every 2s --progress
 echo "stress: virtual 64 GiB file, unified memory, read faults"
-timeout 120 "$bin" --virtual --file-len 64GiB --unified --duration 30s \
+timeout 120 "$bin" --virtual --file-len 64GiB --unified --duration 20s --huge 1GiB \
     --faults short=0.1,eintr=0.05:8,eio=0.001,spike=0.001:10ms --storm-every 3s --progress
 
 if [ -x /usr/lib/wine/wine64 ] && [ -x /usr/bin/cargo ] && [ -d /usr/lib/rustlib/src/rust/library ]; then
