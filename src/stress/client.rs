@@ -248,51 +248,57 @@ pub fn pick_cancel(rng: &mut Rng, p: f64) -> Cancel {
     }
 }
 
-/// A destination buffer filled with [`POISON`].
+/// A destination buffer whose first `len` bytes are [`POISON`]: with `reuse`, a recycled one
+/// from `s` when one fits (it may be longer than `len`), else a fresh one of exactly `len`
+/// bytes (bad requests need the exact size: "outside the buffer" depends on it).
 pub fn poisoned(
     device: &dyn Device,
     dest: Dest,
     len: usize,
-    poison: &mut Option<PinnedBuf>,
+    reuse: bool,
+    s: &mut Scratch,
 ) -> Result<Arc<DeviceBuffer>, String> {
-    match dest {
-        Dest::Host | Dest::Bytes => {
-            let b = DeviceBuffer::host(len).map_err(|e| e.to_string())?;
-            if let Some(p) = b.memory().host_ptr() {
-                // SAFETY: `b` was just allocated with `len` bytes and is not shared yet: this
-                // is the only access to its memory.
-                unsafe { std::ptr::write_bytes(p.as_ptr(), POISON, len) };
+    let cached = if reuse {
+        s.take_cached(dest, len)
+    } else {
+        None
+    };
+    let b = match cached {
+        Some(b) => b,
+        None => Arc::new(
+            match dest {
+                Dest::Host | Dest::Bytes => DeviceBuffer::host(len),
+                Dest::Device => device.alloc(len),
             }
-            Ok(Arc::new(b))
-        }
-        Dest::Device => {
-            let b = Arc::new(device.alloc(len).map_err(|e| e.to_string())?);
-            if let Some(p) = b.memory().host_ptr() {
-                // SAFETY: as above (a unified-memory device hands out host-visible memory).
-                unsafe { std::ptr::write_bytes(p.as_ptr(), POISON, len) };
-                return Ok(b);
-            }
-            let src = match poison {
-                Some(p) => p,
-                None => {
-                    let mut p = device.alloc_pinned(PIECE).map_err(|e| e.to_string())?;
-                    p.as_mut_slice().map_err(|e| e.to_string())?.fill(POISON);
-                    poison.insert(p)
-                }
-            };
-            let mut at = 0;
-            while at < len {
-                let n = PIECE.min(len - at);
-                device
-                    .copy_h2d_async(src, 0, &b, at, n)
-                    .map_err(|e| e.to_string())?;
-                at += n;
-            }
-            // Copies run in order: once the last has finished, the buffer is all poison.
-            src.wait().map_err(|e| e.to_string())?;
-            Ok(b)
-        }
+            .map_err(|e| e.to_string())?,
+        ),
+    };
+    if let Some(p) = b.memory().host_ptr() {
+        // SAFETY: we hold the only `Arc` of `b` (fresh, or recycled only when its strong count
+        // was 1: no request, engine thread or copy holds it any more), so nothing else reads
+        // or writes this memory; `len <= b.len()`.
+        unsafe { std::ptr::write_bytes(p.as_ptr(), POISON, len) };
+        return Ok(b);
     }
+    let src = match &mut s.poison {
+        Some(p) => p,
+        None => {
+            let mut p = device.alloc_pinned(PIECE).map_err(|e| e.to_string())?;
+            p.as_mut_slice().map_err(|e| e.to_string())?.fill(POISON);
+            s.poison.insert(p)
+        }
+    };
+    let mut at = 0;
+    while at < len {
+        let n = PIECE.min(len - at);
+        device
+            .copy_h2d_async(src, 0, &b, at, n)
+            .map_err(|e| e.to_string())?;
+        at += n;
+    }
+    // Copies run in order: once the last has finished, the range is all poison.
+    src.wait().map_err(|e| e.to_string())?;
+    Ok(b)
 }
 
 /// Checks `dst[dst_off..dst_off + len]` against the file's `[offset, offset + len)`; returns
@@ -333,12 +339,45 @@ pub fn verify_dest(
     (wrong, first)
 }
 
-/// Per-client scratch memory.
+/// Largest destination a client keeps for reuse, and how many it keeps.
+const CACHE_MAX_BYTES: usize = 8 * MIB;
+const CACHE_MAX: usize = 4;
+
+/// Per-client scratch memory, and a few destinations kept for reuse (like an expert cache
+/// reuses its slots; fresh multi-MiB allocations per read cost more in page faults than the
+/// reads themselves).
 #[derive(Default)]
 pub struct Scratch {
     pub expect: Vec<u8>,
     pub readback: Vec<u8>,
     pub poison: Option<PinnedBuf>,
+    cache: Vec<(Dest, Arc<DeviceBuffer>)>,
+}
+
+impl Scratch {
+    /// A cached buffer of `dest`'s kind that holds `len` bytes without wasting much, and that
+    /// nobody else holds (a cancelled request's engine may still be writing one).
+    fn take_cached(&mut self, dest: Dest, len: usize) -> Option<Arc<DeviceBuffer>> {
+        // `Arc::get_mut` (not `strong_count`): it also synchronises with the last holder's
+        // drop, so that holder's writes happen-before ours.
+        let i = self.cache.iter_mut().position(|(d, b)| {
+            *d == dest
+                && b.len() >= len
+                && b.len() <= 2 * len + 64 * 1024
+                && Arc::get_mut(b).is_some()
+        })?;
+        Some(self.cache.swap_remove(i).1)
+    }
+
+    /// Keeps `b` for reuse if it is small enough and there is room (else it is freed).
+    fn recycle(&mut self, dest: Dest, b: Arc<DeviceBuffer>) {
+        if dest != Dest::Bytes && b.len() <= CACHE_MAX_BYTES {
+            if self.cache.len() >= CACHE_MAX {
+                self.cache.remove(0);
+            }
+            self.cache.push((dest, b));
+        }
+    }
 }
 
 fn labels(id: u64, n: usize) -> Vec<Arc<str>> {
@@ -447,7 +486,8 @@ pub fn thread_client(ctx: Arc<Ctx>, seed: u64, lost: Arc<std::sync::Mutex<Vec<Ti
         op.cancel = pick_cancel(&mut rng, ctx.cancel);
         let _held = ctx.budget.acquire(op.bytes().max(op.dest_len as u64));
         ctx.tally.ops.fetch_add(1, Ordering::Relaxed);
-        let dst = match poisoned(ctx.device.as_ref(), op.dest, op.dest_len, &mut s.poison) {
+        let reuse = op.bad.is_none();
+        let dst = match poisoned(ctx.device.as_ref(), op.dest, op.dest_len, reuse, &mut s) {
             Ok(d) => d,
             Err(e) => {
                 ctx.tally
@@ -496,6 +536,7 @@ pub fn thread_client(ctx: Arc<Ctx>, seed: u64, lost: Arc<std::sync::Mutex<Vec<Ti
                     .unobserved(ctx.source_id, op.ranges.iter().map(|r| (r.0, r.1 as u64)));
             }
         }
+        s.recycle(op.dest, dst);
     }
 }
 
@@ -545,7 +586,8 @@ pub async fn task_client(ctx: Arc<Ctx>, seed: u64) {
             }
             continue;
         }
-        let dst = match poisoned(ctx.device.as_ref(), op.dest, op.dest_len, &mut s.poison) {
+        let reuse = op.bad.is_none();
+        let dst = match poisoned(ctx.device.as_ref(), op.dest, op.dest_len, reuse, &mut s) {
             Ok(d) => d,
             Err(e) => {
                 ctx.tally
@@ -572,6 +614,7 @@ pub async fn task_client(ctx: Arc<Ctx>, seed: u64) {
             Ok(Err(e)) => failed(&ctx, ctx.source_id, &op, &labels, &e),
             Err(_) => timed_out(&ctx, &op),
         }
+        s.recycle(op.dest, dst);
     }
 }
 

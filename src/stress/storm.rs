@@ -59,7 +59,7 @@ impl Storm {
             if rng.below(4) != 0 {
                 op.dest = Dest::Host; // poisoning host memory is cheap; device needs copies
             }
-            let dst = match poisoned(ctx.device.as_ref(), op.dest, op.dest_len, &mut s.poison) {
+            let dst = match poisoned(ctx.device.as_ref(), op.dest, op.dest_len, false, s) {
                 Ok(d) => d,
                 Err(e) => {
                     tally.unexpected(format!("storm destination: {e}"));
