@@ -351,7 +351,7 @@ fn pipeline(
     let completer = {
         let (done, free) = (done.clone(), free.clone());
         thread::spawn(move || {
-            while let Some(mut f) = done.recv() {
+            while let Some(f) = done.recv() {
                 if prot.completer_waits {
                     if let Some(ev) = &f.slot.last {
                         ev.wait();
