@@ -1,0 +1,608 @@
+//! `ds4-bench io`: one file, every read path, side by side.
+//!
+//! For each pattern (seq, expert) and cache mode (cold, hot) it runs, on the same plan:
+//! fio (the ceiling), `mmap` (the old path), `c-load` and `c-stream` (the C engine's paths),
+//! `io-threads` (raw `ds4_io` threads) and the engine, sweeping workers x chunk x direct for
+//! the last two. Each configuration runs `--reps` times (median reported); the cache is prepared
+//! before every repetition and its residency recorded; the destination is poisoned before and
+//! verified after the last repetition. Hot runs skip `direct=on` (O_DIRECT bypasses the cache,
+//! so it would be a cold run under another name).
+
+use super::cache;
+use super::file::{HostDest, TestFile, Verifier};
+use super::fio::{self, FioJob};
+use super::plan::{Pattern, Plan, EXPERT_BYTES};
+use super::report::{self, Mode, Row};
+use super::size::{human, parse_size, Size};
+use super::threads::{run_threads, RunOut, ThreadsCfg};
+use super::{baselines, plot, BenchError};
+use clap::ValueEnum;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Which patterns to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PatternArg {
+    Seq,
+    Expert,
+    Both,
+}
+
+/// A boolean sweep value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// The cases `--cases` can pick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CaseArg {
+    /// Raw ds4_io threads, straight into the destination (swept).
+    IoThreads,
+    /// The old path: memmap2 mapping + copy.
+    Mmap,
+    /// The C engine's load path: 1 reader, 4 x 64 MiB staging, copy thread.
+    CLoad,
+    /// The C engine's streaming path: 18 workers, one job per slice (expert pattern only).
+    CStream,
+    /// fio with matching parameters (skipped with a note when fio is not on PATH).
+    Fio,
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+fn chunk_arg(s: &str) -> Result<u64, String> {
+    let v = size_arg(s)?;
+    if !(4096..=1 << 30).contains(&v) {
+        return Err(format!("chunk {v} bytes: must be between 4KiB and 1GiB"));
+    }
+    Ok(v)
+}
+
+/// Arguments of `ds4-bench io`.
+#[derive(clap::Args, Debug)]
+pub struct IoArgs {
+    /// Read this existing file (never modified). A file written by ds4-bench is checked against
+    /// its pattern; any other file against plain positional reads of itself.
+    #[arg(long, conflicts_with = "size")]
+    pub file: Option<PathBuf>,
+    /// Size of the patterned temp file created in --dir when --file is not given (removed at
+    /// the end). Units: KiB/MiB/GiB/TiB (1024) or KB/MB/GB/TB (1000). [default: 4GiB]
+    #[arg(long, value_parser = size_arg)]
+    pub size: Option<u64>,
+    /// Directory for the temp file (must not be tmpfs for O_DIRECT and cold runs to mean much).
+    #[arg(long, default_value = "/var/tmp")]
+    pub dir: PathBuf,
+    /// Access pattern: seq (whole file in order), expert (random 7,077,888-byte experts as 3
+    /// slices, 6 per token), or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub pattern: PatternArg,
+    /// Only cold runs (page cache dropped before each repetition; O_DIRECT where swept).
+    #[arg(long, conflicts_with = "hot")]
+    pub cold: bool,
+    /// Only hot runs (file read once into the page cache first). Neither flag: both.
+    #[arg(long)]
+    pub hot: bool,
+    /// Worker counts to sweep (engine and io-threads; fio --numjobs).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,18",
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub workers: Vec<u16>,
+    /// Chunk sizes to sweep (largest read one worker issues; fio --bs for seq), 4KiB..1GiB.
+    #[arg(long, value_delimiter = ',', default_value = "1MiB,4MiB,8MiB", value_parser = chunk_arg)]
+    pub chunk: Vec<u64>,
+    /// O_DIRECT settings to sweep (hot runs use only `off`).
+    #[arg(long, value_delimiter = ',', value_enum, default_value = "on,off")]
+    pub direct: Vec<OnOff>,
+    /// Bytes read per run (seq: the first TOTAL bytes; expert: TOTAL / 42 MiB tokens, no expert
+    /// twice). [default: the whole file]
+    #[arg(long, value_parser = size_arg)]
+    pub total: Option<u64>,
+    /// Repetitions per configuration; the median is reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub reps: u32,
+    /// Destination memory the reads land in (a ring; at most TOTAL is used).
+    #[arg(long, default_value = "1GiB", value_parser = size_arg)]
+    pub dest: u64,
+    /// Cases to run besides the engine sweep.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_enum,
+        default_value = "io-threads,mmap,c-load,c-stream,fio"
+    )]
+    pub cases: Vec<CaseArg>,
+    /// Print one JSON object per run on stdout (the table then goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the rows as CSV to this file.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Write an SVG plot of the sweep (GB/s vs workers, one line per chunk) to this file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Machine name written in every row. [default: hostname (N cpus)]
+    #[arg(long)]
+    pub machine: Option<String>,
+    /// Seed of the random expert order.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// No progress output on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `hostname (N cpus)`.
+pub fn machine_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_else(|| "unknown".into());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{host} ({cpus} cpus)")
+}
+
+/// One configuration to measure.
+#[derive(Clone, Debug)]
+enum Case {
+    Threads {
+        workers: usize,
+        chunk: u64,
+        direct: bool,
+    },
+    CStream,
+    Mmap,
+    CLoad {
+        direct: bool,
+    },
+}
+
+impl Case {
+    fn name(&self) -> &'static str {
+        match self {
+            Case::Threads { .. } => "io-threads",
+            Case::CStream => "c-stream",
+            Case::Mmap => "mmap",
+            Case::CLoad { .. } => "c-load",
+        }
+    }
+    /// (workers, chunk, direct) as reported.
+    fn params(&self) -> (usize, u64, bool) {
+        match *self {
+            Case::Threads {
+                workers,
+                chunk,
+                direct,
+            } => (workers, chunk, direct),
+            Case::CStream => (18, u64::MAX, false),
+            Case::Mmap => (1, 0, false),
+            Case::CLoad { direct } => (1, baselines::C_LOAD_SLOT_BYTES, direct),
+        }
+    }
+}
+
+struct Ctx<'a> {
+    args: &'a IoArgs,
+    file: &'a TestFile,
+    verifier: Verifier,
+    dest: HostDest,
+    machine: String,
+    rows: Vec<Row>,
+}
+
+impl Ctx<'_> {
+    fn log(&self, msg: &str) {
+        if !self.args.quiet {
+            eprintln!("{msg}");
+        }
+    }
+
+    /// Makes the cache cold or hot before one repetition; returns (method, residency).
+    fn prepare(&self, mode: Mode) -> Result<(String, Option<f64>), BenchError> {
+        let path = &self.file.path;
+        match mode {
+            Mode::Cold => {
+                let mut method = cache::drop_pages(path)?;
+                let mut res = cache::resident_fraction(path);
+                // fadvise cannot drop dirty pages or pages others hold mapped; fall back to the
+                // global drop only when it did not work (it slows everyone's builds).
+                if res.is_some_and(|r| r > 0.01) && cache::drop_all_caches() {
+                    method.push_str("+drop_caches");
+                    res = cache::resident_fraction(path);
+                }
+                Ok((format!("dropped({method})"), res))
+            }
+            Mode::Hot => {
+                let before = cache::resident_fraction(path);
+                if before.is_none_or(|r| r < 0.99) {
+                    cache::warm(path)?;
+                }
+                Ok(("warmed".into(), cache::resident_fraction(path)))
+            }
+        }
+    }
+
+    fn run_case(&mut self, plan: &Plan, mode: Mode, case: &Case) -> Result<(), BenchError> {
+        let path = self.file.path.clone();
+        let (workers, chunk, direct) = case.params();
+        let mut times = Vec::with_capacity(self.args.reps as usize);
+        let mut last: Option<(String, Option<f64>, RunOut)> = None;
+        for _ in 0..self.args.reps {
+            let (method, res) = self.prepare(mode)?;
+            self.dest.poison(plan.dest_len);
+            let dest = self.dest.ptr();
+            let out = match case {
+                Case::Threads {
+                    workers,
+                    chunk,
+                    direct,
+                } => run_threads(
+                    &path,
+                    plan,
+                    dest,
+                    ThreadsCfg {
+                        workers: *workers,
+                        chunk: *chunk,
+                        direct: *direct,
+                        bounce: false,
+                        drop_after: false,
+                    },
+                )?,
+                Case::CStream => run_threads(
+                    &path,
+                    plan,
+                    dest,
+                    ThreadsCfg {
+                        workers: 18,
+                        chunk: u64::MAX,
+                        direct: false,
+                        bounce: true,
+                        drop_after: mode == Mode::Cold,
+                    },
+                )?,
+                Case::Mmap => baselines::run_mmap(&path, plan, dest)?,
+                Case::CLoad { direct } => baselines::run_c_load(&path, plan, dest, *direct)?,
+            };
+            times.push(out.elapsed.as_secs_f64());
+            last = Some((method, res, out));
+        }
+        let Some((method, res, out)) = last else {
+            return Err(BenchError::usage("--reps must be >= 1"));
+        };
+        let dest = &self.dest;
+        let verified = self
+            .verifier
+            .check(plan, case.name(), self.args.seed, &mut |o, b| {
+                dest.read(o, b)
+            })?;
+        let chunk = if chunk == u64::MAX { 0 } else { chunk };
+        self.push_row(
+            plan,
+            mode,
+            case.name(),
+            method,
+            res,
+            workers,
+            chunk,
+            direct,
+            out.direct_effective,
+            &times,
+            verified,
+            None,
+        );
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push_row(
+        &mut self,
+        plan: &Plan,
+        mode: Mode,
+        case: &str,
+        cache: String,
+        resident_before: Option<f64>,
+        workers: usize,
+        chunk: u64,
+        direct: bool,
+        direct_effective: Option<bool>,
+        times: &[f64],
+        verified_bytes: u64,
+        command: Option<String>,
+    ) {
+        let mut t = times.to_vec();
+        t.sort_by(f64::total_cmp);
+        let secs = t[t.len() / 2];
+        let bytes = plan.bytes;
+        let row = Row {
+            machine: self.machine.clone(),
+            case: case.to_string(),
+            pattern: plan.pattern,
+            mode,
+            cache,
+            resident_before,
+            workers,
+            chunk,
+            direct,
+            direct_effective,
+            bytes,
+            reps: t.len() as u32,
+            secs,
+            secs_min: t[0],
+            secs_max: t[t.len() - 1],
+            gbps: bytes as f64 / secs / 1e9,
+            gibps: bytes as f64 / secs / (1u64 << 30) as f64,
+            vs_fio: None,
+            vs_fio_best: None,
+            vs_mmap: None,
+            vs_c: None,
+            verified_bytes,
+            file: self.file.path.display().to_string(),
+            file_len: self.file.len,
+            command,
+        };
+        self.log(&format!(
+            "  {:<10} {:<6} {:<4} w={:<3} chunk={:<7} direct={:<3} {:>7.3} GB/s{}",
+            row.case,
+            row.pattern.name(),
+            mode.name(),
+            workers,
+            report::chunk_text(chunk),
+            if direct { "on" } else { "off" },
+            row.gbps,
+            if verified_bytes > 0 {
+                format!("  verified {}", human(verified_bytes))
+            } else {
+                String::new()
+            }
+        ));
+        self.rows.push(row);
+    }
+
+    fn run_fio(
+        &mut self,
+        plan: &Plan,
+        mode: Mode,
+        workers: usize,
+        chunk: u64,
+    ) -> Result<(), BenchError> {
+        let job = FioJob {
+            pattern: plan.pattern,
+            workers,
+            chunk,
+            total: plan.bytes,
+            file_len: self.file.len,
+            cold: mode == Mode::Cold,
+        };
+        let mut times = Vec::new();
+        let mut last = None;
+        for _ in 0..self.args.reps {
+            let (method, res) = self.prepare(mode)?;
+            let out = fio::run(&job, &self.file.path)?;
+            // Express fio's bandwidth as the time our plan's bytes would take, so the median and
+            // the GB/s columns are computed the same way as for every other case.
+            times.push(plan.bytes as f64 / out.bw_bytes);
+            last = Some((method, res, out));
+        }
+        let Some((method, res, out)) = last else {
+            return Ok(());
+        };
+        let chunk = if plan.pattern == Pattern::Expert {
+            EXPERT_BYTES
+        } else {
+            chunk
+        };
+        let cache = if mode == Mode::Cold {
+            format!("{method}+o_direct")
+        } else {
+            method
+        };
+        self.push_row(
+            plan,
+            mode,
+            "fio",
+            cache,
+            res,
+            workers,
+            chunk,
+            mode == Mode::Cold,
+            None,
+            &times,
+            0,
+            Some(out.command),
+        );
+        Ok(())
+    }
+}
+
+/// Runs `ds4-bench io`.
+pub fn run(args: IoArgs) -> Result<(), BenchError> {
+    let file = match &args.file {
+        Some(p) => TestFile::existing(p)?,
+        None => {
+            let size = args.size.unwrap_or(4 << 30);
+            if !args.dir.is_dir() {
+                return Err(BenchError::usage(format!(
+                    "--dir {} is not a directory",
+                    args.dir.display()
+                )));
+            }
+            if !args.quiet {
+                eprintln!(
+                    "writing {} test file in {}",
+                    human(size),
+                    args.dir.display()
+                );
+            }
+            TestFile::create(&args.dir, size, !args.quiet)?
+        }
+    };
+    let total = args.total.unwrap_or(file.len);
+    if total > file.len {
+        return Err(BenchError::usage(format!(
+            "--total {} is larger than the file ({})",
+            human(total),
+            human(file.len)
+        )));
+    }
+    let patterns: Vec<Pattern> = match args.pattern {
+        PatternArg::Seq => vec![Pattern::Seq],
+        PatternArg::Expert => vec![Pattern::Expert],
+        PatternArg::Both => vec![Pattern::Seq, Pattern::Expert],
+    };
+    let modes: Vec<Mode> = match (args.cold, args.hot) {
+        (true, false) => vec![Mode::Cold],
+        (false, true) => vec![Mode::Hot],
+        _ => vec![Mode::Cold, Mode::Hot],
+    };
+    let mut plans = Vec::new();
+    for &p in &patterns {
+        plans.push(match p {
+            Pattern::Seq => Plan::seq(file.len, total, args.dest)?,
+            Pattern::Expert => Plan::expert(file.len, total, args.dest, args.seed)?,
+        });
+    }
+    let dest_len = plans.iter().map(|p| p.dest_len).max().unwrap_or(0);
+    let fio_version = if args.cases.contains(&CaseArg::Fio) {
+        fio::version()
+    } else {
+        None
+    };
+    let mut ctx = Ctx {
+        args: &args,
+        file: &file,
+        verifier: file.verifier()?,
+        dest: HostDest::new(dest_len)?,
+        machine: args.machine.clone().unwrap_or_else(machine_name),
+        rows: Vec::new(),
+    };
+    ctx.log(&format!(
+        "ds4-bench io: {} ({}), {} per run, dest {}, reps {}, machine {}, fio: {}",
+        file.path.display(),
+        human(file.len),
+        human(total),
+        human(dest_len),
+        args.reps,
+        ctx.machine,
+        fio_version
+            .as_deref()
+            .unwrap_or(if args.cases.contains(&CaseArg::Fio) {
+                "not on PATH (skipped)"
+            } else {
+                "not selected"
+            }),
+    ));
+    let mut workers: Vec<usize> = args.workers.iter().map(|&w| w as usize).collect();
+    workers.dedup();
+    for plan in &plans {
+        for &mode in &modes {
+            ctx.log(&format!("{} / {}:", plan.pattern.name(), mode.name()));
+            let directs: Vec<bool> = args
+                .direct
+                .iter()
+                .map(|d| *d == OnOff::On)
+                .filter(|&d| mode == Mode::Cold || !d)
+                .collect();
+            if fio_version.is_some() {
+                let chunks: Vec<u64> = if plan.pattern == Pattern::Seq {
+                    args.chunk.clone()
+                } else {
+                    vec![EXPERT_BYTES]
+                };
+                for &w in &workers {
+                    for &c in &chunks {
+                        if let Err(e) = ctx.run_fio(plan, mode, w, c) {
+                            // fio failing (e.g. no O_DIRECT on this filesystem) costs its rows,
+                            // not the benchmark.
+                            ctx.log(&format!("  fio skipped: {}", crate::cli::chain(&e)));
+                        }
+                    }
+                }
+            }
+            let mut cases = Vec::new();
+            if args.cases.contains(&CaseArg::Mmap) {
+                cases.push(Case::Mmap);
+            }
+            if args.cases.contains(&CaseArg::CLoad) {
+                cases.push(Case::CLoad {
+                    direct: mode == Mode::Cold,
+                });
+            }
+            if args.cases.contains(&CaseArg::CStream) && plan.pattern == Pattern::Expert {
+                cases.push(Case::CStream);
+            }
+            if args.cases.contains(&CaseArg::IoThreads) {
+                for &w in &workers {
+                    for &c in &args.chunk {
+                        for &d in &directs {
+                            cases.push(Case::Threads {
+                                workers: w,
+                                chunk: c,
+                                direct: d,
+                            });
+                        }
+                    }
+                }
+            }
+            for case in &cases {
+                ctx.run_case(plan, mode, case)?;
+            }
+        }
+    }
+    let mut rows = std::mem::take(&mut ctx.rows);
+    report::compute_ratios(&mut rows);
+    write_outputs(&args, &rows, &ctx.machine, &file.path)
+}
+
+fn write_outputs(
+    args: &IoArgs,
+    rows: &[Row],
+    machine: &str,
+    path: &Path,
+) -> Result<(), BenchError> {
+    let table = report::table(rows);
+    let stdout_err = |e: std::io::Error| -> Result<(), BenchError> {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            Ok(())
+        } else {
+            Err(BenchError::Runtime(format!("writing stdout: {e}")))
+        }
+    };
+    if args.json {
+        let j = report::json_lines(rows).map_err(|e| BenchError::Runtime(format!("JSON: {e}")))?;
+        if let Err(e) = std::io::stdout().write_all(j.as_bytes()) {
+            stdout_err(e)?;
+        }
+        if !args.quiet {
+            eprint!("{table}");
+        }
+    } else if let Err(e) = std::io::stdout().write_all(table.as_bytes()) {
+        stdout_err(e)?;
+    }
+    let write = |p: &PathBuf, what: &'static str, data: &str| {
+        std::fs::write(p, data).map_err(|e| BenchError::Io {
+            what,
+            path: p.clone(),
+            offset: 0,
+            len: data.len() as u64,
+            source: e,
+        })
+    };
+    if let Some(p) = &args.csv {
+        write(p, "write CSV", &report::csv(rows))?;
+    }
+    if let Some(p) = &args.plot {
+        let title = format!(
+            "ds4-bench io — {machine} — {} ({})",
+            path.display(),
+            human(args.total.unwrap_or(0)).replace("0 B", "whole file")
+        );
+        write(p, "write plot", &plot::svg(rows, &title))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,203 @@
+//! Cases that read with plain `ds4_io` handles on N threads (no engine in between).
+//!
+//! - `io-threads` (raw): N workers, each with its own handle, read pieces of at most `chunk`
+//!   bytes straight into the destination (O_DIRECT when aligned and asked for). This is the
+//!   floor the engine must not fall below: the same reads with no staging, copies or bookkeeping.
+//! - `c-stream`: the C engine's streaming path, rebuilt: 18 workers, one job per expert slice,
+//!   buffered pread into the worker's own staging buffer, copy to the destination, and (cold
+//!   runs) `posix_fadvise(DONTNEED)` after each job; reading and copying never overlap inside a
+//!   worker. The C engine drops the range in hot runs too; we do not, or "hot" would not be hot.
+//!
+//! Both submit a plan's batches one at a time and wait for every piece of a batch (for the expert
+//! pattern a batch is one token: 6 experts x 3 slices), as a decoder would.
+
+use super::file::DestPtr;
+use super::plan::{Plan, Request};
+use super::BenchError;
+use crossbeam_channel::unbounded;
+use ds4_io::{AlignedBuf, FileSource, OpenConfig, ReadAt, Source};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How a threads case reads.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadsCfg {
+    pub workers: usize,
+    /// Largest piece one worker reads at once.
+    pub chunk: u64,
+    /// Ask for O_DIRECT (used only where offset, length and buffer are aligned).
+    pub direct: bool,
+    /// Read into a per-worker staging buffer, then copy to the destination.
+    pub bounce: bool,
+    /// Drop each range from the page cache after reading it.
+    pub drop_after: bool,
+}
+
+/// What one timed run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct RunOut {
+    pub elapsed: Duration,
+    /// Whether the handles could use the unbuffered path (None: not applicable).
+    pub direct_effective: Option<bool>,
+}
+
+pub(crate) fn io_err(
+    path: &Path,
+    what: &'static str,
+    r: &Request,
+    e: std::io::Error,
+) -> BenchError {
+    BenchError::Io {
+        what,
+        path: path.to_path_buf(),
+        offset: r.file_off,
+        len: r.len,
+        source: e,
+    }
+}
+
+/// Runs `plan` on `cfg.workers` threads with their own handles; only submission to the last
+/// completion is timed (opening handles and allocating staging are not).
+pub fn run_threads(
+    path: &Path,
+    plan: &Plan,
+    dest: DestPtr,
+    cfg: ThreadsCfg,
+) -> Result<RunOut, BenchError> {
+    if cfg.workers == 0 || cfg.chunk == 0 {
+        return Err(BenchError::usage("workers and chunk must be > 0"));
+    }
+    let src = FileSource::open(
+        path,
+        OpenConfig {
+            direct: cfg.direct,
+            drop_cache: cfg.drop_after,
+        },
+    )
+    .map_err(|e| BenchError::Io {
+        what: "open",
+        path: path.to_path_buf(),
+        offset: 0,
+        len: 0,
+        source: e,
+    })?;
+    let mut handles = Vec::with_capacity(cfg.workers);
+    for _ in 0..cfg.workers {
+        handles.push(src.open_handle().map_err(|e| BenchError::Io {
+            what: "open worker handle",
+            path: path.to_path_buf(),
+            offset: 0,
+            len: 0,
+            source: e,
+        })?);
+    }
+    let direct_effective = Some(handles.iter().all(|h| h.direct_alignment().is_some()));
+    let max_piece = plan
+        .batches
+        .iter()
+        .flatten()
+        .map(|r| r.len)
+        .max()
+        .unwrap_or(0)
+        .min(cfg.chunk);
+    let staging_len = usize::try_from(max_piece.next_multiple_of(4096))
+        .map_err(|_| BenchError::usage("chunk too large"))?;
+
+    let (job_tx, job_rx) = unbounded::<Request>();
+    let (done_tx, done_rx) = unbounded::<Result<(), BenchError>>();
+    std::thread::scope(|s| {
+        for mut h in handles {
+            let job_rx = job_rx.clone();
+            let done_tx = done_tx.clone();
+            s.spawn(move || {
+                let mut staging = if cfg.bounce {
+                    match AlignedBuf::new(staging_len, 4096) {
+                        Some(b) => Some(b),
+                        None => {
+                            let _ = done_tx.send(Err(BenchError::Runtime(format!(
+                                "cannot allocate {staging_len} bytes of staging"
+                            ))));
+                            return;
+                        }
+                    }
+                } else {
+                    None
+                };
+                for p in job_rx.iter() {
+                    let r = read_piece(path, h.as_mut(), p, dest, staging.as_mut(), cfg.drop_after);
+                    if done_tx.send(r).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(job_rx);
+        drop(done_tx);
+        let start = Instant::now();
+        let mut first_err = None;
+        for batch in &plan.batches {
+            let mut n = 0usize;
+            for r in batch {
+                for p in r.pieces(cfg.chunk) {
+                    // Unbounded: never blocks; workers hold the receiving ends until job_tx drops.
+                    let _ = job_tx.send(p);
+                    n += 1;
+                }
+            }
+            for _ in 0..n {
+                match done_rx.recv() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        first_err.get_or_insert(e);
+                    }
+                    Err(_) => {
+                        first_err.get_or_insert(BenchError::Runtime(
+                            "every reader thread exited early".into(),
+                        ));
+                        break;
+                    }
+                }
+            }
+            if first_err.is_some() {
+                break;
+            }
+        }
+        let elapsed = start.elapsed();
+        drop(job_tx); // workers drain and exit; the scope joins them
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(RunOut {
+                elapsed,
+                direct_effective,
+            }),
+        }
+    })
+}
+
+fn read_piece(
+    path: &Path,
+    h: &mut dyn ReadAt,
+    p: Request,
+    dest: DestPtr,
+    staging: Option<&mut AlignedBuf>,
+    drop_after: bool,
+) -> Result<(), BenchError> {
+    // SAFETY: pieces of one batch cover disjoint destination ranges (Plan::check), and the
+    // submitter waits for a whole batch before sending the next, so this range is ours alone.
+    let d = unsafe { dest.slice_mut(p.dest_off, p.len)? };
+    match staging {
+        None => h
+            .read_exact_at(d, p.file_off)
+            .map_err(|e| io_err(path, "read", &p, e))?,
+        Some(buf) => {
+            let b = &mut buf[..p.len as usize];
+            h.read_exact_at(b, p.file_off)
+                .map_err(|e| io_err(path, "read", &p, e))?;
+            d.copy_from_slice(b);
+        }
+    }
+    if drop_after {
+        h.drop_cache(p.file_off, p.len);
+    }
+    Ok(())
+}
