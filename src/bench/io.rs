@@ -13,7 +13,7 @@ use super::file::{HostDest, TestFile, Verifier};
 use super::fio::{self, FioJob};
 use super::plan::{Pattern, Plan, EXPERT_BYTES};
 use super::report::{self, Mode, Row};
-use super::size::{human, parse_size, Size};
+use super::size::{human, parse_size};
 use super::threads::{run_threads, RunOut, ThreadsCfg};
 use super::{baselines, plot, BenchError};
 use clap::ValueEnum;
