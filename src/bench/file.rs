@@ -338,6 +338,16 @@ impl HostDest {
         self.buf[..n].fill(0xa5);
     }
 
+    /// Flips one byte the verifier is sure to look at (the first byte of the first final
+    /// segment): the self-test behind `--inject-corruption`.
+    pub fn corrupt_one_byte(&mut self, plan: &Plan) {
+        if let Some(s) = plan.final_segments().first() {
+            if let Some(b) = self.buf.get_mut(s.dest_off as usize) {
+                *b ^= 0x01;
+            }
+        }
+    }
+
     /// A raw view for writer threads.
     pub fn ptr(&mut self) -> DestPtr {
         DestPtr {

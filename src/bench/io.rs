@@ -120,7 +120,8 @@ pub struct IoArgs {
     /// Also write the rows as CSV to this file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
-    /// Write an SVG plot of the sweep (GB/s vs workers, one line per chunk) to this file.
+    /// Write an SVG plot of the sweep (GB/s vs workers, one line per chunk) to this file; a
+    /// name ending in .png also writes FILE.svg and renders it with rsvg-convert.
     #[arg(long)]
     pub plot: Option<PathBuf>,
     /// Machine name written in every row. [default: hostname (N cpus)]
@@ -132,6 +133,9 @@ pub struct IoArgs {
     /// No progress output on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Self-test of the byte check: flip one destination byte after each run (must exit 1).
+    #[arg(long, hide = true)]
+    pub inject_corruption: bool,
 }
 
 /// `hostname (N cpus)`.
@@ -275,6 +279,9 @@ impl Ctx<'_> {
         let Some((method, res, out)) = last else {
             return Err(BenchError::usage("--reps must be >= 1"));
         };
+        if self.args.inject_corruption {
+            self.dest.corrupt_one_byte(plan);
+        }
         let dest = &self.dest;
         let verified = self
             .verifier
@@ -556,15 +563,17 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
     }
     let mut rows = std::mem::take(&mut ctx.rows);
     report::compute_ratios(&mut rows);
-    write_outputs(&args, &rows, &ctx.machine, &file.path)
+    let title = format!(
+        "ds4-bench io — {} — {} ({}, {} per run)",
+        ctx.machine,
+        file.path.display(),
+        human(file.len),
+        human(total)
+    );
+    write_outputs(&args, &rows, &title)
 }
 
-fn write_outputs(
-    args: &IoArgs,
-    rows: &[Row],
-    machine: &str,
-    path: &Path,
-) -> Result<(), BenchError> {
+fn write_outputs(args: &IoArgs, rows: &[Row], title: &str) -> Result<(), BenchError> {
     let table = report::table(rows);
     let stdout_err = |e: std::io::Error| -> Result<(), BenchError> {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -597,12 +606,36 @@ fn write_outputs(
         write(p, "write CSV", &report::csv(rows))?;
     }
     if let Some(p) = &args.plot {
-        let title = format!(
-            "ds4-bench io — {machine} — {} ({})",
-            path.display(),
-            human(args.total.unwrap_or(0)).replace("0 B", "whole file")
-        );
-        write(p, "write plot", &plot::svg(rows, &title))?;
+        let svg = plot::svg(rows, title);
+        if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
+            let svg_path = p.with_extension("svg");
+            write(&svg_path, "write plot", &svg)?;
+            render_png(&svg_path, p)?;
+        } else {
+            write(p, "write plot", &svg)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renders an SVG to PNG with `rsvg-convert` (librsvg2-bin), when installed.
+fn render_png(svg: &Path, png: &Path) -> Result<(), BenchError> {
+    let st = std::process::Command::new("rsvg-convert")
+        .arg("-o")
+        .arg(png)
+        .arg(svg)
+        .status()
+        .map_err(|e| {
+            BenchError::Runtime(format!(
+                "cannot render {} (install librsvg2-bin for rsvg-convert, or ask for .svg): {e}",
+                png.display()
+            ))
+        })?;
+    if !st.success() {
+        return Err(BenchError::Runtime(format!(
+            "rsvg-convert {} exited with {st}",
+            svg.display()
+        )));
     }
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! A hand-written SVG of the sweep: GB/s against workers, one panel per (pattern, cold/hot).
 //!
 //! In each panel: one line per (case, chunk, direct) for the swept cases (engine, io-threads,
-//! fio); colour = chunk size, dash = case, marker = direct on (circle) / off (square). The
-//! single-configuration baselines (mmap, c-load, c-stream) are grey horizontal lines labelled
-//! at the right. Workers are placed at equal steps (1, 4, 8, 18 read better than a linear axis).
+//! fio); colour = chunk size (black: fio's one-expert blocks), dash = case, marker = direct on
+//! (circle) / off (square). The single-configuration baselines (mmap, c-load, c-stream) are
+//! grey horizontal lines labelled at the right. Workers are placed at equal steps (1, 4, 8, 18 read better than a linear axis).
 //! No plotting crate: the SVG is a few hundred elements of text.
 
 use super::report::{Mode, Row};
@@ -51,6 +51,7 @@ pub fn svg(rows: &[Row], title: &str) -> String {
         .iter()
         .filter(|r| swept(&r.case) && r.case != "fio")
         .map(|r| r.chunk)
+        .filter(|&c| c != 0)
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -58,7 +59,7 @@ pub fn svg(rows: &[Row], title: &str) -> String {
         chunks
             .iter()
             .position(|&c| c == chunk)
-            .map_or("#555555", |i| COLORS[i % COLORS.len()])
+            .map_or("#000000", |i| COLORS[i % COLORS.len()])
     };
     let cols = 2usize;
     let nrows = panels.len().div_ceil(cols).max(1);

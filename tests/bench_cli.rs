@@ -1,0 +1,238 @@
+//! `ds4-bench io` end to end on a small patterned file: JSON rows parse, every delivered byte
+//! sample was verified, ratios are filled in, CSV and SVG are written, a corrupted destination
+//! fails the run, and bad flags exit 2.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ds4-bench"))
+        .args(args)
+        .output()
+        .expect("run ds4-bench")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn has_fio() -> bool {
+    Command::new("fio")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Directories on disk (not tmpfs) where the temp file is written; the tempdir is removed after.
+fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("ds4-bench-test")
+        .tempdir_in(std::env::temp_dir())
+        .expect("tempdir")
+}
+
+fn leftover_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn io_small_sweep_json_rows() {
+    let dir = tempdir();
+    let csv = dir.path().join("out.csv");
+    let svg = dir.path().join("out.svg");
+    let d = dir.path().to_str().unwrap();
+    let o = bench(&[
+        "io",
+        "--size",
+        "96MiB",
+        "--dir",
+        d,
+        "--reps",
+        "1",
+        "--workers",
+        "1,2",
+        "--chunk",
+        "1MiB,4MiB",
+        "--dest",
+        "64MiB",
+        "--json",
+        "--quiet",
+        "--machine",
+        "test-box",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "exit {:?}: {}", o.status, stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON row {l}: {e}")))
+        .collect();
+    let n = |case: &str, pattern: &str, mode: &str| {
+        rows.iter()
+            .filter(|r| r["case"] == case && r["pattern"] == pattern && r["mode"] == mode)
+            .count()
+    };
+    for pattern in ["seq", "expert"] {
+        // io-threads: 2 workers x 2 chunks x (2 direct settings cold, 1 hot).
+        assert_eq!(n("io-threads", pattern, "cold"), 8, "{pattern}");
+        assert_eq!(n("io-threads", pattern, "hot"), 4, "{pattern}");
+        for mode in ["cold", "hot"] {
+            assert_eq!(n("mmap", pattern, mode), 1);
+            assert_eq!(n("c-load", pattern, mode), 1);
+        }
+    }
+    assert_eq!(n("c-stream", "expert", "cold"), 1);
+    assert_eq!(n("c-stream", "seq", "cold"), 0);
+    for r in &rows {
+        assert_eq!(r["machine"], "test-box");
+        let gbps = r["gbps"].as_f64().unwrap();
+        assert!(gbps > 0.0 && gbps.is_finite(), "{r}");
+        if r["case"] == "fio" {
+            assert_eq!(r["vs_fio"].as_f64(), Some(1.0), "{r}");
+            assert!(r["command"].as_str().unwrap().starts_with("fio "));
+            continue;
+        }
+        assert!(r["verified_bytes"].as_u64().unwrap() >= 8192, "{r}");
+        assert!(r["vs_mmap"].as_f64().is_some(), "{r}");
+        assert!(r["vs_c"].as_f64().is_some(), "{r}");
+        assert!(r["bytes"].as_u64().unwrap() > 0);
+        let cache = r["cache"].as_str().unwrap();
+        if r["mode"] == "hot" {
+            assert_eq!(cache, "warmed");
+            assert_eq!(r["direct"], false, "hot runs never use O_DIRECT: {r}");
+        } else {
+            assert!(cache.starts_with("dropped("), "{r}");
+        }
+    }
+    if has_fio() {
+        assert!(rows.iter().any(|r| r["case"] == "fio"));
+        // io-threads with 2 workers and 1 MiB chunks has a matching fio row in seq mode.
+        let m = rows
+            .iter()
+            .find(|r| {
+                r["case"] == "io-threads"
+                    && r["pattern"] == "seq"
+                    && r["workers"] == 2
+                    && r["chunk"] == 1 << 20
+            })
+            .unwrap();
+        assert!(m["vs_fio"].as_f64().is_some(), "{m}");
+    }
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(csv_text.lines().count(), rows.len() + 1);
+    assert!(csv_text.starts_with("machine,case,pattern,mode"));
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg_text.starts_with("<svg") && svg_text.contains("<polyline"));
+    // The temp file was removed: only the CSV and the SVG remain.
+    assert_eq!(leftover_files(dir.path()), 2);
+}
+
+#[test]
+fn io_corrupted_destination_fails_loudly() {
+    let dir = tempdir();
+    let d = dir.path().to_str().unwrap();
+    let o = bench(&[
+        "io",
+        "--size",
+        "48MiB",
+        "--dir",
+        d,
+        "--reps",
+        "1",
+        "--pattern",
+        "seq",
+        "--hot",
+        "--cases",
+        "mmap",
+        "--quiet",
+        "--inject-corruption",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.starts_with("ds4-bench: error: verification failed"),
+        "{e}"
+    );
+    assert!(e.contains("case mmap"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert_eq!(leftover_files(dir.path()), 0, "temp file left behind");
+}
+
+#[test]
+fn io_existing_unpatterned_file_verified_by_reference() {
+    let dir = tempdir();
+    let p = dir.path().join("plain.bin");
+    let data: Vec<u8> = (0..(45u64 << 20)).map(|i| (i * 31 % 251) as u8).collect();
+    std::fs::write(&p, &data).unwrap();
+    let o = bench(&[
+        "io",
+        "--file",
+        p.to_str().unwrap(),
+        "--reps",
+        "1",
+        "--hot",
+        "--workers",
+        "2",
+        "--chunk",
+        "4MiB",
+        "--cases",
+        "io-threads,c-load",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.lines().count() >= 4);
+    for l in out.lines() {
+        let r: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(r["verified_bytes"].as_u64().unwrap() > 0);
+    }
+    assert!(p.exists(), "--file must never be removed");
+}
+
+#[test]
+fn io_bad_flags_exit_2() {
+    let dir = tempdir();
+    let d = dir.path().to_str().unwrap();
+    for args in [
+        vec!["io", "--chunk", "3parsecs"],
+        vec!["io", "--chunk", "1KiB"],
+        vec!["io", "--workers", "0"],
+        vec!["io", "--size", "4GiB", "--file", "/etc/hostname"],
+        vec!["io", "--direct", "maybe"],
+        vec!["io", "--reps", "0"],
+        vec!["io", "--cold", "--hot"],
+        vec!["io", "--file", "/nonexistent/ds4-bench-file"],
+        vec!["io", "--size", "16MiB", "--dir", d, "--total", "1GiB"],
+        vec!["io", "--size", "1PiB", "--dir", d],
+        vec!["io", "--size", "1TiB", "--dir", d],
+        vec!["io", "--size", "16MiB", "--dir", "/nonexistent-dir"],
+        vec!["nosuchbench"],
+    ] {
+        let o = bench(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    assert_eq!(leftover_files(dir.path()), 0);
+    let o = bench(&["io", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&o.stdout);
+    for flag in [
+        "--file",
+        "--size",
+        "--workers",
+        "--chunk",
+        "--direct",
+        "--total",
+        "--json",
+        "--csv",
+        "--plot",
+        "--machine",
+    ] {
+        assert!(help.contains(flag), "help lacks {flag}");
+    }
+    assert!(!help.contains("inject-corruption"));
+}
