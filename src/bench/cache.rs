@@ -132,3 +132,29 @@ pub fn resident_fraction(path: &Path) -> Option<f64> {
         None
     }
 }
+
+/// CPU seconds (user + system) used so far by this process (`children`: by its waited-for
+/// children). `None` where unknown.
+pub fn cpu_seconds(children: bool) -> Option<f64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: rusage is plain data; zeroed is a valid value for it.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let who = if children {
+            libc::RUSAGE_CHILDREN
+        } else {
+            libc::RUSAGE_SELF
+        };
+        // SAFETY: `ru` is a valid out-pointer for the call.
+        if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+            return None;
+        }
+        let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+        Some(t(ru.ru_utime) + t(ru.ru_stime))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = children;
+        None
+    }
+}

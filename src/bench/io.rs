@@ -14,7 +14,7 @@ use super::fio::{self, FioJob};
 use super::plan::{Pattern, Plan, EXPERT_BYTES};
 use super::report::{self, Mode, Row};
 use super::size::{human, parse_size};
-use super::threads::{run_threads, RunOut, ThreadsCfg};
+use super::threads::{run_threads, ThreadsCfg};
 use super::{baselines, plot, BenchError};
 use clap::ValueEnum;
 use std::io::Write;
@@ -235,12 +235,13 @@ impl Ctx<'_> {
     fn run_case(&mut self, plan: &Plan, mode: Mode, case: &Case) -> Result<(), BenchError> {
         let path = self.file.path.clone();
         let (workers, chunk, direct) = case.params();
-        let mut times = Vec::with_capacity(self.args.reps as usize);
-        let mut last: Option<(String, Option<f64>, RunOut)> = None;
+        let mut m = Measured::new(case.name(), workers, chunk, direct);
+        let mut cpu = Some(0.0);
         for _ in 0..self.args.reps {
             let (method, res) = self.prepare(mode)?;
             self.dest.poison(plan.dest_len);
             let dest = self.dest.ptr();
+            let cpu0 = cache::cpu_seconds(false);
             let out = match case {
                 Case::Threads {
                     workers,
@@ -273,70 +274,46 @@ impl Ctx<'_> {
                 Case::Mmap => baselines::run_mmap(&path, plan, dest)?,
                 Case::CLoad { direct } => baselines::run_c_load(&path, plan, dest, *direct)?,
             };
-            times.push(out.elapsed.as_secs_f64());
-            last = Some((method, res, out));
+            cpu = add_cpu(cpu, cpu0, cache::cpu_seconds(false));
+            m.times.push(out.elapsed.as_secs_f64());
+            m.cache = method;
+            m.resident_before = res;
+            m.direct_effective = out.direct_effective;
         }
-        let Some((method, res, out)) = last else {
-            return Err(BenchError::usage("--reps must be >= 1"));
-        };
+        m.cpu_secs = cpu;
         if self.args.inject_corruption {
             self.dest.corrupt_one_byte(plan);
         }
         let dest = &self.dest;
-        let verified = self
-            .verifier
-            .check(plan, case.name(), self.args.seed, &mut |o, b| {
-                dest.read(o, b)
-            })?;
-        let chunk = if chunk == u64::MAX { 0 } else { chunk };
-        self.push_row(
-            plan,
-            mode,
-            case.name(),
-            method,
-            res,
-            workers,
-            chunk,
-            direct,
-            out.direct_effective,
-            &times,
-            verified,
-            None,
-        );
+        m.verified_bytes =
+            self.verifier
+                .check(plan, case.name(), self.args.seed, &mut |o, b| {
+                    dest.read(o, b)
+                })?;
+        self.push_row(plan, mode, m);
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn push_row(
-        &mut self,
-        plan: &Plan,
-        mode: Mode,
-        case: &str,
-        cache: String,
-        resident_before: Option<f64>,
-        workers: usize,
-        chunk: u64,
-        direct: bool,
-        direct_effective: Option<bool>,
-        times: &[f64],
-        verified_bytes: u64,
-        command: Option<String>,
-    ) {
-        let mut t = times.to_vec();
+    fn push_row(&mut self, plan: &Plan, mode: Mode, m: Measured) {
+        if m.times.is_empty() {
+            return;
+        }
+        let mut t = m.times.clone();
         t.sort_by(f64::total_cmp);
         let secs = t[t.len() / 2];
+        let wall: f64 = t.iter().sum();
         let bytes = plan.bytes;
         let row = Row {
             machine: self.machine.clone(),
-            case: case.to_string(),
+            case: m.case.to_string(),
             pattern: plan.pattern,
             mode,
-            cache,
-            resident_before,
-            workers,
-            chunk,
-            direct,
-            direct_effective,
+            cache: m.cache,
+            resident_before: m.resident_before,
+            workers: m.workers,
+            chunk: if m.chunk == u64::MAX { 0 } else { m.chunk },
+            direct: m.direct,
+            direct_effective: m.direct_effective,
             bytes,
             reps: t.len() as u32,
             secs,
@@ -344,26 +321,28 @@ impl Ctx<'_> {
             secs_max: t[t.len() - 1],
             gbps: bytes as f64 / secs / 1e9,
             gibps: bytes as f64 / secs / (1u64 << 30) as f64,
+            cpu_util: m.cpu_secs.filter(|_| wall > 0.0).map(|c| c / wall),
             vs_fio: None,
             vs_fio_best: None,
             vs_mmap: None,
             vs_c: None,
-            verified_bytes,
+            verified_bytes: m.verified_bytes,
             file: self.file.path.display().to_string(),
             file_len: self.file.len,
-            command,
+            command: m.command,
+            extra: m.extra,
         };
         self.log(&format!(
-            "  {:<10} {:<6} {:<4} w={:<3} chunk={:<7} direct={:<3} {:>7.3} GB/s{}",
+            "  {:<11} {:<6} {:<4} w={:<3} chunk={:<7} direct={:<3} {:>7.3} GB/s{}",
             row.case,
             row.pattern.name(),
             mode.name(),
-            workers,
-            report::chunk_text(chunk),
-            if direct { "on" } else { "off" },
+            row.workers,
+            report::chunk_text(row.chunk),
+            if row.direct { "on" } else { "off" },
             row.gbps,
-            if verified_bytes > 0 {
-                format!("  verified {}", human(verified_bytes))
+            if row.verified_bytes > 0 {
+                format!("  verified {}", human(row.verified_bytes))
             } else {
                 String::new()
             }
@@ -386,44 +365,70 @@ impl Ctx<'_> {
             file_len: self.file.len,
             cold: mode == Mode::Cold,
         };
-        let mut times = Vec::new();
-        let mut last = None;
-        for _ in 0..self.args.reps {
-            let (method, res) = self.prepare(mode)?;
-            let out = fio::run(&job, &self.file.path)?;
-            // Express fio's bandwidth as the time our plan's bytes would take, so the median and
-            // the GB/s columns are computed the same way as for every other case.
-            times.push(plan.bytes as f64 / out.bw_bytes);
-            last = Some((method, res, out));
-        }
-        let Some((method, res, out)) = last else {
-            return Ok(());
-        };
-        let chunk = if plan.pattern == Pattern::Expert {
+        let shown_chunk = if plan.pattern == Pattern::Expert {
             EXPERT_BYTES
         } else {
             chunk
         };
-        let cache = if mode == Mode::Cold {
-            format!("{method}+o_direct")
-        } else {
-            method
-        };
-        self.push_row(
-            plan,
-            mode,
-            "fio",
-            cache,
-            res,
+        let mut m = Measured::new("fio", workers, shown_chunk, mode == Mode::Cold);
+        for _ in 0..self.args.reps {
+            let (method, res) = self.prepare(mode)?;
+            let out = fio::run(&job, &self.file.path)?;
+            // Express fio's bandwidth as the time our plan's bytes would take, so the median and
+            // the GB/s columns are computed the same way as for every other case (fio reads
+            // about the same bytes: whole blocks per job).
+            m.times.push(plan.bytes as f64 / out.bw_bytes);
+            m.cache = if mode == Mode::Cold {
+                format!("{method}+o_direct")
+            } else {
+                method
+            };
+            m.resident_before = res;
+            m.command = Some(out.command);
+        }
+        // No cpu figure for fio: its process start-up would dominate short runs.
+        self.push_row(plan, mode, m);
+        Ok(())
+    }
+}
+
+/// Adds the CPU seconds between two probes to a running sum (None once any probe failed).
+fn add_cpu(sum: Option<f64>, before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    Some(sum? + (after? - before?).max(0.0))
+}
+
+/// What one configuration measured, before it becomes a [`Row`].
+struct Measured {
+    case: &'static str,
+    workers: usize,
+    chunk: u64,
+    direct: bool,
+    direct_effective: Option<bool>,
+    cache: String,
+    resident_before: Option<f64>,
+    times: Vec<f64>,
+    cpu_secs: Option<f64>,
+    verified_bytes: u64,
+    command: Option<String>,
+    extra: Option<serde_json::Value>,
+}
+
+impl Measured {
+    fn new(case: &'static str, workers: usize, chunk: u64, direct: bool) -> Self {
+        Self {
+            case,
             workers,
             chunk,
-            mode == Mode::Cold,
-            None,
-            &times,
-            0,
-            Some(out.command),
-        );
-        Ok(())
+            direct,
+            direct_effective: None,
+            cache: String::new(),
+            resident_before: None,
+            times: Vec::new(),
+            cpu_secs: None,
+            verified_bytes: 0,
+            command: None,
+            extra: None,
+        }
     }
 }
 

@@ -55,6 +55,8 @@ pub struct Row {
     pub gbps: f64,
     /// 2^30 bytes per second (median).
     pub gibps: f64,
+    /// CPU seconds used by this process per wall second over all repetitions (null for fio): 1.0 = one core busy. Includes opening handles and starting threads.
+    pub cpu_util: Option<f64>,
     pub vs_fio: Option<f64>,
     pub vs_fio_best: Option<f64>,
     pub vs_mmap: Option<f64>,
@@ -65,6 +67,8 @@ pub struct Row {
     pub file_len: u64,
     /// The exact command, for fio rows.
     pub command: Option<String>,
+    /// Case-specific figures (the engine's stats: stall time, chunk latency percentiles).
+    pub extra: Option<serde_json::Value>,
 }
 
 impl Row {
@@ -143,7 +147,7 @@ pub fn table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<11} {:<7} {:<4} {:>3} {:>8} {:<6} {:>7.3} {:>7.3} {:>6} {:>6} {:>6} {:>6}  {}{}",
+            "{:<11} {:<7} {:<4} {:>3} {:>8} {:<6} {:>7.3} {:>7.3} {:>5} {:>6} {:>6} {:>6} {:>6}  {}{}",
             r.case,
             r.pattern.name(),
             r.mode.name(),
@@ -152,6 +156,7 @@ pub fn table(rows: &[Row]) -> String {
             direct,
             r.gbps,
             r.gibps,
+            r.cpu_util.map_or_else(|| "-".into(), |c| format!("{c:.2}")),
             opt(r.vs_fio),
             opt(r.vs_fio_best),
             opt(r.vs_mmap),
@@ -162,13 +167,13 @@ pub fn table(rows: &[Row]) -> String {
         );
     }
     s.push_str(
-        "xfio: vs fio with the same workers/chunk; xfio*: vs the best fio row; xmmap: vs mmap+copy; \
+        "cpu: cores busy (CPU s / wall s); xfio: vs fio with the same workers/chunk; xfio*: vs the best fio row; xmmap: vs mmap+copy; \
          xC: vs the C engine's path (c-load seq, c-stream expert); on(!): O_DIRECT asked, not available\n",
     );
     s
 }
 
-const CSV_FIELDS: [&str; 25] = [
+const CSV_FIELDS: [&str; 26] = [
     "machine",
     "case",
     "pattern",
@@ -186,6 +191,7 @@ const CSV_FIELDS: [&str; 25] = [
     "secs_max",
     "gbps",
     "gibps",
+    "cpu_util",
     "vs_fio",
     "vs_fio_best",
     "vs_mmap",
@@ -256,6 +262,7 @@ pub(crate) fn sample_row(case: &str, workers: usize, chunk: u64, gbps: f64) -> R
         secs_max: 1.0,
         gbps,
         gibps: gbps * 1e9 / (1u64 << 30) as f64,
+        cpu_util: Some(0.5),
         vs_fio: None,
         vs_fio_best: None,
         vs_mmap: None,
@@ -264,6 +271,7 @@ pub(crate) fn sample_row(case: &str, workers: usize, chunk: u64, gbps: f64) -> R
         file: "f".into(),
         file_len: 1 << 30,
         command: None,
+        extra: None,
     }
 }
 
