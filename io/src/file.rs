@@ -23,6 +23,30 @@ pub trait ReadAt: Send {
     /// Hint that the range just read will not be needed again (cold mode: `posix_fadvise
     /// DONTNEED` on Linux). Default: nothing.
     fn drop_cache(&mut self, _offset: u64, _len: u64) {}
+
+    /// Which paths this handle's reads took so far (for engine stats and tests).
+    fn stats(&self) -> HandleStats {
+        HandleStats::default()
+    }
+}
+
+/// Which paths a handle's reads took. Counted per handle (no atomics: a handle is owned by one
+/// worker), read back through [`ReadAt::stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HandleStats {
+    /// Bytes read through the unbuffered path (O_DIRECT / FILE_FLAG_NO_BUFFERING / F_NOCACHE).
+    pub direct_bytes: u64,
+    /// Bytes read through the buffered (page cache) path.
+    pub buffered_bytes: u64,
+    /// Read system calls issued on the unbuffered path.
+    pub direct_calls: u64,
+    /// Read system calls issued on the buffered path.
+    pub buffered_calls: u64,
+    /// True while the unbuffered path may still be used for aligned requests.
+    pub direct_active: bool,
+    /// Why the unbuffered path was turned off for good (the OS refused it at open or at a
+    /// read, or the filesystem reports no direct-IO support), if it was.
+    pub direct_fallback: Option<String>,
 }
 
 /// A file that can hand out independent per-worker handles.

@@ -10,11 +10,14 @@
 //! - No mmap anywhere in this crate.
 
 pub mod align;
+pub mod error;
+pub mod fault;
 pub mod file;
 pub mod pattern;
 pub mod pool;
 pub mod sys;
 
 pub use align::AlignedBuf;
-pub use file::{FileSource, OpenConfig, ReadAt, Source};
-pub use pool::{Job, PoolConfig, ReaderPool};
+pub use error::ReadError;
+pub use file::{FileSource, HandleStats, OpenConfig, ReadAt, Source};
+pub use pool::{Job, PoolConfig, ReaderPool, WorkerOpenError};

@@ -2,10 +2,18 @@
 //! xor a seed), so a byte that lands in the wrong place names where it came from.
 //!
 //! [`PatternSource`] is a virtual file of any length (no disk, no memory) whose bytes are this
-//! pattern; [`fill`] and [`verify`] work on any sub-range, aligned or not.
+//! pattern; [`fill`] and [`verify`] work on any sub-range, aligned or not. [`write_file`] makes a
+//! real, sparse file on disk where only chosen regions hold the pattern and the rest are holes
+//! (zeros), so tests can read past 4 GiB without writing 4 GiB ([`SparsePattern`] knows what
+//! every byte of it must be).
+//!
+//! Limit: sparse files need a filesystem with holes (ext4, xfs, btrfs, tmpfs, NTFS once marked
+//! sparse); elsewhere the holes are written as zeros and cost real disk space and time.
 
 use crate::file::{ReadAt, Source};
+use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// The byte at absolute offset `off` of the pattern with `seed`.
@@ -53,18 +61,170 @@ impl std::fmt::Display for Mismatch {
     }
 }
 
+impl std::error::Error for Mismatch {}
+
 /// Checks that `buf` holds the pattern of `[offset, offset + buf.len())`; returns the first
 /// mismatch.
 pub fn verify(seed: u64, offset: u64, buf: &[u8]) -> Result<(), Mismatch> {
-    for (i, &b) in buf.iter().enumerate() {
-        let off = offset + i as u64;
-        let e = byte_at(seed, off);
-        if b != e {
+    verify_with(offset, buf, |off, exp| fill(seed, off, exp))
+}
+
+/// Compares `buf` with what `expect` fills in, 64 KiB at a time (fast enough for reads of
+/// hundreds of MiB in debug builds), and names the first differing byte.
+fn verify_with(
+    offset: u64,
+    buf: &[u8],
+    mut expect: impl FnMut(u64, &mut [u8]),
+) -> Result<(), Mismatch> {
+    let mut scratch = vec![0u8; buf.len().min(64 * 1024)];
+    for (k, chunk) in buf.chunks(64 * 1024).enumerate() {
+        let off = offset + (k * 64 * 1024) as u64;
+        let exp = &mut scratch[..chunk.len()];
+        expect(off, exp);
+        if chunk != &exp[..] {
+            // The chunk differs somewhere, so `position` finds it.
+            let i = chunk
+                .iter()
+                .zip(exp.iter())
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
             return Err(Mismatch {
-                offset: off,
-                expected: e,
-                actual: b,
+                offset: off + i as u64,
+                expected: exp[i],
+                actual: chunk[i],
             });
+        }
+    }
+    Ok(())
+}
+
+/// Seed of the files [`write_file`] writes.
+pub const FILE_SEED: u64 = 0x6473_345f_7374_7265;
+
+/// A file of `len` bytes whose `regions` hold the pattern (with `seed`) and whose other bytes
+/// are zeros (holes on disk).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SparsePattern {
+    seed: u64,
+    len: u64,
+    regions: Vec<Range<u64>>,
+}
+
+impl SparsePattern {
+    /// Regions are clipped to `len`, sorted and merged; empty ones are dropped.
+    pub fn new(seed: u64, len: u64, regions: &[Range<u64>]) -> Self {
+        let mut rs: Vec<Range<u64>> = regions
+            .iter()
+            .map(|r| r.start.min(len)..r.end.min(len))
+            .filter(|r| r.start < r.end)
+            .collect();
+        rs.sort_by_key(|r| r.start);
+        let mut merged: Vec<Range<u64>> = Vec::with_capacity(rs.len());
+        for r in rs {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        Self {
+            seed,
+            len,
+            regions: merged,
+        }
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The patterned regions, sorted and disjoint.
+    pub fn regions(&self) -> &[Range<u64>] {
+        &self.regions
+    }
+
+    /// What the file holds at `[offset, offset + buf.len())` (zeros past the end too).
+    pub fn fill(&self, offset: u64, buf: &mut [u8]) {
+        buf.fill(0);
+        let end = offset.saturating_add(buf.len() as u64);
+        for r in &self.regions {
+            let (s, e) = (r.start.max(offset), r.end.min(end));
+            if s < e {
+                let (i, j) = ((s - offset) as usize, (e - offset) as usize);
+                fill(self.seed, s, &mut buf[i..j]);
+            }
+        }
+    }
+
+    /// Checks `buf` against [`SparsePattern::fill`]; returns the first mismatch.
+    pub fn verify(&self, offset: u64, buf: &[u8]) -> Result<(), Mismatch> {
+        verify_with(offset, buf, |off, exp| self.fill(off, exp))
+    }
+
+    /// Writes the file at `path` (created or truncated): length first (holes), then each region.
+    pub fn write(&self, path: &Path) -> io::Result<()> {
+        let f = File::create(path)?;
+        #[cfg(windows)]
+        crate::sys::mark_sparse(&f);
+        f.set_len(self.len)?;
+        let mut chunk = vec![0u8; 1 << 20];
+        for r in &self.regions {
+            let mut off = r.start;
+            while off < r.end {
+                let n = ((r.end - off) as usize).min(chunk.len());
+                fill(self.seed, off, &mut chunk[..n]);
+                write_all_at(&f, &chunk[..n], off)?;
+                off += n as u64;
+            }
+        }
+        f.sync_all()
+    }
+}
+
+/// Creates a sparse file of `len` bytes at `path` where only `regions` hold pattern bytes
+/// (seed [`FILE_SEED`]); returns its description for verifying reads.
+pub fn write_file(path: &Path, len: u64, regions: &[Range<u64>]) -> io::Result<SparsePattern> {
+    write_file_seeded(path, FILE_SEED, len, regions)
+}
+
+/// A file of `len` pattern bytes (no holes), seed [`FILE_SEED`].
+pub fn write_full(path: &Path, len: u64) -> io::Result<SparsePattern> {
+    write_file_seeded(path, FILE_SEED, len, std::slice::from_ref(&(0..len)))
+}
+
+/// [`write_file`] with a chosen seed (so that two files' bytes differ).
+pub fn write_file_seeded(
+    path: &Path,
+    seed: u64,
+    len: u64,
+    regions: &[Range<u64>],
+) -> io::Result<SparsePattern> {
+    let p = SparsePattern::new(seed, len, regions);
+    p.write(path)?;
+    Ok(p)
+}
+
+fn write_all_at(f: &File, mut buf: &[u8], mut off: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        #[cfg(unix)]
+        let r = std::os::unix::fs::FileExt::write_at(f, buf, off);
+        #[cfg(windows)]
+        let r = std::os::windows::fs::FileExt::seek_write(f, buf, off);
+        match r {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                buf = &buf[n..];
+                off += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -152,5 +312,26 @@ mod tests {
         let mut s = vec![0u8; 64];
         fill(7, 108, &mut s);
         assert!(verify(7, 100, &s).is_err());
+        // Past the first 64 KiB chunk.
+        let mut big = vec![0u8; 200_000];
+        fill(7, 3, &mut big);
+        big[150_001] ^= 0x80;
+        assert_eq!(verify(7, 3, &big).unwrap_err().offset, 150_004);
+    }
+
+    #[test]
+    fn sparse_pattern_merges_regions_and_fills_holes_with_zeros() {
+        let p = SparsePattern::new(9, 100, &[50..60, 0..10, 5..20, 90..200, 30..30]);
+        assert_eq!(p.regions(), &[0..20, 50..60, 90..100]);
+        let mut b = vec![0xAAu8; 120];
+        p.fill(0, &mut b);
+        for (i, &x) in b.iter().enumerate() {
+            let i = i as u64;
+            let inside = p.regions().iter().any(|r| r.contains(&i));
+            assert_eq!(x, if inside { byte_at(9, i) } else { 0 }, "byte {i}");
+        }
+        p.verify(0, &b).unwrap();
+        b[55] ^= 1;
+        assert_eq!(p.verify(0, &b).unwrap_err().offset, 55);
     }
 }

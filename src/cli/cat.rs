@@ -1,10 +1,259 @@
-//! `ds4 cat`. PLACEHOLDER (skeleton).
+//! `ds4 cat FILE TENSOR [--expert E] [--range START:LEN]`: writes a tensor's bytes (or one
+//! expert's slice, or a range of either) to stdout.
+//!
+//! For now the bytes come through a plain `ds4_io` positional handle in bounded chunks
+//! ([`copy_range`]); the streaming engine will replace that one function. A closed stdout
+//! (`ds4 cat … | head -c 10`) is success.
 
-use super::{CliError, CliResult};
+use super::{chain, is_broken_pipe, CliError, CliResult};
+use crate::gguf::{self, GgufFile, TensorInfo};
+use crate::model::Ds4Model;
+use ds4_io::{FileSource, ReadAt, Source};
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+/// Bytes per read: bounded memory whatever the tensor size.
+pub const CHUNK: usize = 4 << 20;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// GGUF file.
+    pub file: PathBuf,
+    /// Tensor name, as `ds4 inspect` lists it (e.g. blk.42.ffn_down_exps.weight).
+    pub tensor: String,
+    /// Only this expert's slice of a routed tensor (blk.N.ffn_{gate,up,down}_exps.weight).
+    #[arg(long, value_name = "E")]
+    pub expert: Option<u64>,
+    /// Only bytes START..START+LEN of the tensor (or of the expert slice); `START:` means to
+    /// the end. Decimal or 0x-hex.
+    #[arg(long, value_name = "START:LEN")]
+    pub range: Option<String>,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err(CliError::runtime("`ds4 cat` is not implemented yet"))
+/// Why a copy stopped.
+#[derive(Debug)]
+pub enum CopyError {
+    Read {
+        offset: u64,
+        len: u64,
+        source: io::Error,
+    },
+    Write(io::Error),
+}
+
+/// Copies `len` bytes at absolute `offset` from `handle` to `out` in chunks of at most
+/// [`CHUNK`] bytes.
+pub fn copy_range(
+    handle: &mut dyn ReadAt,
+    offset: u64,
+    len: u64,
+    out: &mut dyn Write,
+) -> Result<(), CopyError> {
+    let mut buf = vec![0u8; (len.min(CHUNK as u64)) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let n = (len - done).min(buf.len() as u64) as usize;
+        let at = offset + done;
+        handle
+            .read_exact_at(&mut buf[..n], at)
+            .map_err(|source| CopyError::Read {
+                offset: at,
+                len: n as u64,
+                source,
+            })?;
+        out.write_all(&buf[..n]).map_err(CopyError::Write)?;
+        done += n as u64;
+    }
+    out.flush().map_err(CopyError::Write)
+}
+
+fn parse_num(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Parses `START:LEN` / `START:` against a region of `size` bytes; returns (start, len).
+fn parse_range(spec: &str, size: u64) -> Result<(u64, u64), String> {
+    let (a, b) = spec
+        .split_once(':')
+        .ok_or_else(|| format!("--range {spec:?}: expected START:LEN"))?;
+    let start = parse_num(a).ok_or_else(|| format!("--range {spec:?}: bad START {a:?}"))?;
+    if start > size {
+        return Err(format!(
+            "--range {spec:?}: START {start} is past the end ({size} bytes)"
+        ));
+    }
+    let len = if b.trim().is_empty() {
+        size - start
+    } else {
+        parse_num(b).ok_or_else(|| format!("--range {spec:?}: bad LEN {b:?}"))?
+    };
+    if start.checked_add(len).is_none_or(|end| end > size) {
+        return Err(format!(
+            "--range {spec:?}: {start}+{len} exceeds the {size} bytes available"
+        ));
+    }
+    Ok((start, len))
+}
+
+/// Edit distance (bounded: names are compared on their first 128 bytes).
+fn distance(a: &str, b: &str) -> usize {
+    let a = &a.as_bytes()[..a.len().min(128)];
+    let b = &b.as_bytes()[..b.len().min(128)];
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, &ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// The tensor name closest to `name`.
+fn closest<'a>(f: &'a GgufFile, name: &str) -> Option<&'a str> {
+    f.tensors
+        .iter()
+        .map(|t| (distance(&t.name, name), t.name.as_str()))
+        .min()
+        .map(|(_, n)| n)
+}
+
+fn find_tensor<'a>(f: &'a GgufFile, a: &Args) -> Result<&'a TensorInfo, CliError> {
+    f.tensor(&a.tensor).ok_or_else(|| {
+        let hint = closest(f, &a.tensor)
+            .map(|n| format!(" (closest: {n})"))
+            .unwrap_or_default();
+        CliError::bad_input(format!(
+            "no tensor {:?} in {}{hint}",
+            a.tensor,
+            a.file.display()
+        ))
+    })
+}
+
+pub fn run(a: Args) -> CliResult {
+    let f = gguf::parse_file(&a.file, &gguf::Caps::default())
+        .map_err(|e| CliError::bad_input(format!("{}: {}", a.file.display(), chain(&e))))?;
+    let t = find_tensor(&f, &a)?;
+    let (base, size, what) = match a.expert {
+        None => (t.offset, t.nbytes, format!("tensor {}", t.name)),
+        Some(e) => {
+            let m = Ds4Model::from_gguf(&f).map_err(|err| {
+                CliError::bad_input(format!(
+                    "--expert needs a DS4 layout, but {}: {err}",
+                    a.file.display()
+                ))
+            })?;
+            let r = m.routed_tensor(&t.name).ok_or_else(|| {
+                CliError::bad_input(format!(
+                    "--expert: {} is not a routed expert tensor \
+                     (blk.N.ffn_gate_exps / ffn_up_exps / ffn_down_exps.weight)",
+                    t.name
+                ))
+            })?;
+            let s = r.slice(e).map_err(CliError::bad_input)?;
+            (s.offset, s.len, format!("tensor {} expert {e}", t.name))
+        }
+    };
+    let (start, len) = match &a.range {
+        None => (0, size),
+        Some(spec) => parse_range(spec, size).map_err(CliError::bad_input)?,
+    };
+    // Cannot overflow: base + size is inside a parsed tensor and start + len <= size.
+    let offset = base + start;
+
+    let io_err = |e: io::Error| CliError::runtime(format!("cannot read {}: {e}", a.file.display()));
+    let source = FileSource::open(&a.file, Default::default()).map_err(io_err)?;
+    let mut handle = source.open_handle().map_err(io_err)?;
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    match copy_range(handle.as_mut(), offset, len, &mut out) {
+        Ok(()) => Ok(()),
+        Err(CopyError::Write(e)) if is_broken_pipe(&e) => Ok(()),
+        Err(CopyError::Write(e)) => Err(CliError::runtime(format!("writing stdout: {e}"))),
+        Err(CopyError::Read {
+            offset,
+            len,
+            source: e,
+        }) => Err(CliError::runtime(format!(
+            "reading {} at byte {offset} (length {len}, {what}): {e}",
+            source.path().display()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ds4_io::pattern::{self, PatternSource};
+
+    #[test]
+    fn copies_across_chunk_boundaries() {
+        let src = PatternSource::new(20 << 20, 99);
+        let mut h = src.open_handle().unwrap();
+        for &(off, len) in &[
+            (0u64, 0u64),
+            (3, 17),
+            (5, CHUNK as u64 + 11),
+            (7 << 20, 9 << 20),
+        ] {
+            let mut out = Vec::new();
+            copy_range(h.as_mut(), off, len, &mut out).unwrap();
+            assert_eq!(out.len() as u64, len);
+            pattern::verify(99, off, &out).unwrap();
+        }
+    }
+
+    #[test]
+    fn read_and_write_errors_are_told_apart() {
+        let src = PatternSource::new(1 << 20, 1);
+        let mut h = src.open_handle().unwrap();
+        match copy_range(h.as_mut(), (1 << 20) - 10, 20, &mut Vec::new()) {
+            Err(CopyError::Read { offset, len, .. }) => {
+                assert_eq!((offset, len), ((1 << 20) - 10, 20))
+            }
+            other => panic!("{other:?}"),
+        }
+        struct Closed;
+        impl Write for Closed {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        match copy_range(h.as_mut(), 0, 100, &mut Closed) {
+            Err(CopyError::Write(e)) => assert!(is_broken_pipe(&e)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("0:10", 10), Ok((0, 10)));
+        assert_eq!(parse_range("4:", 10), Ok((4, 6)));
+        assert_eq!(parse_range("10:", 10), Ok((10, 0)));
+        assert_eq!(parse_range("0x2:0x3", 10), Ok((2, 3)));
+        assert!(parse_range("11:", 10).unwrap_err().contains("past the end"));
+        assert!(parse_range("5:6", 10).unwrap_err().contains("exceeds"));
+        assert!(parse_range("1:18446744073709551615", 10).is_err());
+        assert!(parse_range("5", 10).is_err());
+        assert!(parse_range("a:1", 10).is_err());
+        assert!(parse_range("1:-1", 10).is_err());
+    }
+
+    #[test]
+    fn edit_distance() {
+        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(distance("", "abc"), 3);
+        assert_eq!(distance("same", "same"), 0);
+    }
 }

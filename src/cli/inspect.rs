@@ -1,10 +1,324 @@
-//! `ds4 inspect`. PLACEHOLDER (skeleton).
+//! `ds4 inspect FILE [--json]`: what a GGUF file declares, read through the hostile-safe parser.
+//!
+//! Two views of one parsed header: text for people (metadata summary with long arrays and
+//! strings shortened, the tensor table, totals) and one JSON object for machines. Each view is
+//! built by a function returning a value ([`text_view`], [`json_view`]) so further sections (the
+//! DS4 model view) can be appended before printing. Only the header is read; tensor data is not.
+//!
+//! Exit codes: 0 ok; 2 for a malformed file and for a path that cannot be opened or is not a
+//! regular file (bad input from the user); 1 for an IO error while reading an opened file.
 
-use super::{CliError, CliResult};
+use super::{is_broken_pipe, CliError, CliResult};
+use crate::gguf::{parse_file, Caps, GgufError, GgufFile, Value};
+use serde_json::{json, Map, Value as J};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Arrays up to this many elements appear in full in `--json`; longer ones are summarised as
+/// `{"type":"array","len":N,"elem":"STRING"}`.
+pub const JSON_ARRAY_MAX: usize = 64;
+/// Arrays up to this many elements appear inline in the text view; longer: `[N x TYPE]`.
+const TEXT_ARRAY_MAX: usize = 16;
+/// Strings longer than this (in chars) are cut in the text view, with their byte length shown.
+const TEXT_STRING_MAX: usize = 64;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    /// GGUF file to inspect (only its header is read).
+    pub file: PathBuf,
 
-pub fn run(_args: Args) -> CliResult {
-    Err(CliError::runtime("`ds4 inspect` is not implemented yet"))
+    /// Print one JSON object instead of text (tensor offsets absolute, types as gguf-py names
+    /// them, shapes in GGUF order; long metadata arrays summarised).
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: Args) -> CliResult {
+    let f = load(&args.file)?;
+    // Further views (the DS4 model view) add their section here: insert into the JSON map,
+    // append to the text.
+    let out = if args.json {
+        let obj = json_view(&f);
+        let mut s = serde_json::to_string_pretty(&J::Object(obj))
+            .map_err(|e| CliError::runtime(format!("cannot render JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        text_view(&args.file, &f)
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        Err(e) => Err(CliError::runtime(format!("writing to stdout: {e}"))),
+    }
+}
+
+/// Parses `path`'s header, mapping errors to exit codes: a malformed file or a path that cannot
+/// be opened is bad input (2); a failing read of an opened file is a runtime error (1). The
+/// message always starts with the path.
+pub fn load(path: &Path) -> Result<GgufFile, CliError> {
+    parse_file(path, &Caps::default()).map_err(|e| {
+        let msg = match e.path() {
+            // Open / NotAFile / Io errors already name the path.
+            Some(_) => super::chain(&e),
+            None => format!("{}: {}", path.display(), super::chain(&e)),
+        };
+        match e {
+            GgufError::Io { .. } => CliError::runtime(msg),
+            _ => CliError::bad_input(msg),
+        }
+    })
+}
+
+// ---- JSON ----
+
+/// The JSON object for a header. Metadata is an object keyed by name; small arrays are
+/// included in full, long ones summarised; floats that JSON cannot hold (NaN, inf) are strings.
+pub fn json_view(f: &GgufFile) -> Map<String, J> {
+    let mut o = Map::new();
+    o.insert("version".into(), f.version.into());
+    o.insert("alignment".into(), f.alignment.into());
+    o.insert("data_offset".into(), f.data_offset.into());
+    o.insert("file_size".into(), f.file_size.into());
+    let md: Map<String, J> = f
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), json_value(v)))
+        .collect();
+    o.insert("metadata".into(), J::Object(md));
+    let tensors: Vec<J> = f
+        .tensors
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "type": t.ggml_type.name(),
+                "shape": t.dims,
+                "offset": t.offset,
+                "nbytes": t.nbytes,
+            })
+        })
+        .collect();
+    o.insert("tensors".into(), J::Array(tensors));
+    o
+}
+
+/// One metadata value as JSON.
+pub fn json_value(v: &Value) -> J {
+    match v {
+        Value::U8(x) => (*x).into(),
+        Value::I8(x) => (*x).into(),
+        Value::U16(x) => (*x).into(),
+        Value::I16(x) => (*x).into(),
+        Value::U32(x) => (*x).into(),
+        Value::I32(x) => (*x).into(),
+        Value::U64(x) => (*x).into(),
+        Value::I64(x) => (*x).into(),
+        Value::Bool(x) => (*x).into(),
+        Value::String(s) => s.as_str().into(),
+        // Through the shortest decimal that reads back as the same f32 ("0.1", not
+        // "0.10000000149011612").
+        Value::F32(x) => json_float(format!("{x:?}").parse().unwrap_or(f64::from(*x))),
+        Value::F64(x) => json_float(*x),
+        Value::Array(items) if items.len() <= JSON_ARRAY_MAX => {
+            J::Array(items.iter().map(json_value).collect())
+        }
+        Value::Array(items) => json!({
+            "type": "array",
+            "len": items.len(),
+            "elem": v.elem_type_name().unwrap_or("unknown"),
+        }),
+    }
+}
+
+fn json_float(x: f64) -> J {
+    match serde_json::Number::from_f64(x) {
+        Some(n) => J::Number(n),
+        None => J::String(x.to_string()), // "NaN", "inf", "-inf"
+    }
+}
+
+// ---- text ----
+
+/// The text view: header line, metadata summary, tensor table, totals.
+pub fn text_view(path: &Path, f: &GgufFile) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "file:         {}", path.display());
+    let _ = writeln!(s, "version:      GGUF v{}", f.version);
+    let _ = writeln!(s, "alignment:    {}", f.alignment);
+    let _ = writeln!(s, "data offset:  {} ({:#x})", f.data_offset, f.data_offset);
+    let _ = writeln!(s, "file size:    {} ({})", f.file_size, human(f.file_size));
+
+    let _ = writeln!(s, "\nmetadata ({} keys):", f.metadata.len());
+    let kw = f
+        .metadata
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(48);
+    for (k, v) in &f.metadata {
+        let _ = writeln!(s, "  {k:<kw$}  {:<8} {}", v.type_name(), text_value(v));
+    }
+
+    let _ = writeln!(s, "\ntensors ({}):", f.tensors.len());
+    let rows: Vec<[String; 5]> = f
+        .tensors
+        .iter()
+        .map(|t| {
+            let shape: Vec<String> = t.dims.iter().map(u64::to_string).collect();
+            [
+                t.name.clone(),
+                t.ggml_type.name().to_owned(),
+                format!("[{}]", shape.join(", ")),
+                t.offset.to_string(),
+                t.nbytes.to_string(),
+            ]
+        })
+        .collect();
+    let header = ["name", "type", "shape", "offset", "bytes"].map(String::from);
+    let mut w = header.clone().map(|h| h.len());
+    for r in &rows {
+        for (wi, c) in w.iter_mut().zip(r) {
+            *wi = (*wi).max(c.chars().count());
+        }
+    }
+    for r in std::iter::once(&header).chain(&rows) {
+        let _ = writeln!(
+            s,
+            "  {:<w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:>w4$}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            w0 = w[0],
+            w1 = w[1],
+            w2 = w[2],
+            w3 = w[3],
+            w4 = w[4]
+        );
+    }
+
+    // Sums cannot overflow for a parsed file (every tensor lies within it), but a file with
+    // overlapping tensors could declare more than its size: saturate rather than trust it.
+    let total = f
+        .tensors
+        .iter()
+        .fold(0u64, |a, t| a.saturating_add(t.nbytes));
+    let _ = writeln!(
+        s,
+        "\ntotal: {} tensors, {} bytes ({}) in a data section of {}",
+        f.tensors.len(),
+        total,
+        human(total),
+        human(f.file_size.saturating_sub(f.data_offset))
+    );
+    let mut by_type: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for t in &f.tensors {
+        let e = by_type.entry(t.ggml_type.name()).or_default();
+        e.0 += 1;
+        e.1 = e.1.saturating_add(t.nbytes);
+    }
+    for (ty, (n, b)) in by_type {
+        let _ = writeln!(s, "  {ty:<8} {n:>6} tensors  {:>12}", human(b));
+    }
+    s
+}
+
+/// One metadata value for the text view: short arrays inline, long ones as `[N x TYPE]`,
+/// long strings cut.
+fn text_value(v: &Value) -> String {
+    match v {
+        Value::String(x) => text_string(x),
+        Value::Array(items) if items.len() > TEXT_ARRAY_MAX => {
+            format!("[{} x {}]", items.len(), v.elem_type_name().unwrap_or("?"))
+        }
+        Value::Array(items) => {
+            let parts: Vec<String> = items.iter().map(text_value).collect();
+            format!("[{}]", parts.join(", "))
+        }
+        // Debug: shortest round-trip form, with an exponent for very large or small values.
+        Value::F32(x) => format!("{x:?}"),
+        Value::F64(x) => format!("{x:?}"),
+        Value::Bool(x) => x.to_string(),
+        Value::U8(x) => x.to_string(),
+        Value::I8(x) => x.to_string(),
+        Value::U16(x) => x.to_string(),
+        Value::I16(x) => x.to_string(),
+        Value::U32(x) => x.to_string(),
+        Value::I32(x) => x.to_string(),
+        Value::U64(x) => x.to_string(),
+        Value::I64(x) => x.to_string(),
+    }
+}
+
+fn text_string(x: &str) -> String {
+    let n = x.chars().count();
+    if n <= TEXT_STRING_MAX {
+        return format!("{:?}", x);
+    }
+    let head: String = x.chars().take(TEXT_STRING_MAX).collect();
+    format!("{head:?}... ({} bytes)", x.len())
+}
+
+/// 1536 -> "1.5 KiB".
+fn human(b: u64) -> String {
+    const U: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", U[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(0), "0 B");
+        assert_eq!(human(1023), "1023 B");
+        assert_eq!(human(1536), "1.50 KiB");
+        assert_eq!(human(86_720_111_488), "80.76 GiB");
+    }
+
+    #[test]
+    fn json_values() {
+        assert_eq!(json_value(&Value::F32(0.1)), json!(0.1));
+        assert_eq!(json_value(&Value::F32(f32::NAN)), json!("NaN"));
+        assert_eq!(json_value(&Value::I64(i64::MIN)), json!(i64::MIN));
+        let long = Value::Array(vec![Value::String("a".into()); JSON_ARRAY_MAX + 1]);
+        assert_eq!(
+            json_value(&long),
+            json!({"type": "array", "len": JSON_ARRAY_MAX + 1, "elem": "STRING"})
+        );
+        let short = Value::Array(vec![Value::U8(1); JSON_ARRAY_MAX]);
+        assert_eq!(json_value(&short), json!(vec![1; JSON_ARRAY_MAX]));
+    }
+
+    #[test]
+    fn text_values() {
+        assert_eq!(text_value(&Value::I8(-3)), "-3");
+        assert_eq!(text_value(&Value::U64(u64::MAX)), u64::MAX.to_string());
+        assert_eq!(text_value(&Value::I64(i64::MIN)), i64::MIN.to_string());
+        let long = Value::Array(vec![Value::I32(0); 129_280]);
+        assert_eq!(text_value(&long), "[129280 x INT32]");
+        let s = "x".repeat(1000);
+        let t = text_value(&Value::String(s));
+        assert!(t.ends_with("... (1000 bytes)") && t.len() < 100, "{t}");
+    }
 }

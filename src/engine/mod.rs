@@ -1,2 +1,433 @@
-//! The streaming engine: staging ring, copy engine, requests, tickets, stats.
-//! PLACEHOLDER (skeleton): lands with the IO-engine issue.
+//! The streaming engine: file ranges -> reader pool -> staging ring -> async device copies ->
+//! tickets. See docs/ARCHITECTURE.md for the data path and its threads.
+//!
+//! - [`Engine::submit`] validates a batch of [`ReadRequest`]s (range inside the file, inside the
+//!   destination, destinations not already being written), and returns a [`Ticket`] at once.
+//! - The dispatcher thread splits ranges into chunks of at most `slot_bytes` (boundaries at
+//!   multiples of `slot_bytes` in the file, so chunks start aligned), takes a free staging slot
+//!   per chunk (blocking: the stall statistic) and queues a job on the reader pool; host-visible
+//!   destinations are read into directly, without a slot.
+//! - A reader worker reads the chunk with its own handle, queues the copy slot -> destination on
+//!   the device stream (an event is recorded in the slot) and hands the slot to the completer,
+//!   which waits the event, returns the slot to the ring and finishes the chunk. No synchronize
+//!   per chunk: reads of later chunks overlap copies of earlier ones.
+//!
+//! Limits: one dispatcher (planning is cheap next to IO), one device stream, chunks of one
+//! request complete in any order; a failed chunk fails its whole request (first error wins).
+
+mod error;
+mod pipeline;
+mod request;
+mod stats;
+
+pub use error::EngineError;
+pub use request::{ReadRequest, Ticket};
+pub use stats::{Latency, StatsSnapshot};
+
+use crate::device::{Device, DeviceBuffer, PINNED_ALIGN};
+use bytes::Bytes;
+use crossbeam_channel::{bounded, unbounded, Sender};
+use ds4_io::{FileSource, OpenConfig, PoolConfig, ReaderPool, Source};
+use pipeline::{chunk_count, Dispatcher, Item, Pending, Shared};
+use request::{Completion, RequestState};
+use stats::Stats;
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+
+/// Largest staging slot accepted (a chunk is read in one call).
+pub const MAX_SLOT_BYTES: usize = 1 << 30;
+/// Largest staging ring accepted (slots x slot_bytes); pinned memory is precious.
+pub const MAX_STAGING_BYTES: u64 = 64 << 30;
+/// Most reader workers accepted.
+pub const MAX_WORKERS: usize = 1024;
+
+/// Engine settings. Defaults: 18 workers, 32 slots x 4 MiB (128 MiB pinned), direct IO on.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct EngineConfig {
+    /// Reader threads, each with its own file handle.
+    pub workers: usize,
+    /// Staging slots in the ring (chunks that can be between "read" and "copied" at once).
+    pub slots: usize,
+    /// Bytes per staging slot = the largest chunk; a multiple of 4096.
+    pub slot_bytes: usize,
+    /// Use the unbuffered path (O_DIRECT / NO_BUFFERING) where aligned; `Engine::open` passes it
+    /// to the file, and staged reads are widened to the handle's alignment.
+    pub direct: bool,
+    /// Drop each chunk from the page cache after reading it (cold benchmarks).
+    pub cold: bool,
+    /// Jobs that may wait for a reader before the dispatcher blocks.
+    pub queue_depth: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            workers: 18,
+            slots: 32,
+            slot_bytes: 4 << 20,
+            direct: true,
+            cold: false,
+            queue_depth: 64,
+        }
+    }
+}
+
+impl EngineConfig {
+    fn validate(&self) -> Result<(), EngineError> {
+        let bad = |m: String| Err(EngineError::Config(m));
+        if self.workers == 0 || self.workers > MAX_WORKERS {
+            return bad(format!("workers {} not in 1..={MAX_WORKERS}", self.workers));
+        }
+        if self.slots == 0 {
+            return bad("slots must be at least 1".into());
+        }
+        if self.slot_bytes == 0
+            || self.slot_bytes % PINNED_ALIGN != 0
+            || self.slot_bytes > MAX_SLOT_BYTES
+        {
+            return bad(format!(
+                "slot_bytes {} must be a non-zero multiple of {PINNED_ALIGN} up to {MAX_SLOT_BYTES}",
+                self.slot_bytes
+            ));
+        }
+        if (self.slots as u64)
+            .checked_mul(self.slot_bytes as u64)
+            .is_none_or(|b| b > MAX_STAGING_BYTES)
+        {
+            return bad(format!(
+                "{} slots of {} bytes exceed the staging limit of {MAX_STAGING_BYTES} bytes",
+                self.slots, self.slot_bytes
+            ));
+        }
+        if self.queue_depth == 0 {
+            return bad("queue_depth must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The streaming engine. Dropping it completes every outstanding ticket (Ok when its reads
+/// finished, else `Shutdown`), joins its threads and frees the staging ring.
+pub struct Engine {
+    shared: Arc<Shared>,
+    cfg: EngineConfig,
+    requests: Option<Sender<Pending>>,
+    stop: Option<Sender<()>>,
+    dispatcher: Option<JoinHandle<()>>,
+    completer: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("path", &self.shared.source.path())
+            .field("device", &self.shared.device.name())
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// Starts an engine on `source`: allocates the staging ring once (pinned memory on GPUs),
+    /// opens one handle per worker, starts the dispatcher and completer threads.
+    pub fn new(
+        source: Arc<dyn Source>,
+        device: Arc<dyn Device>,
+        cfg: EngineConfig,
+    ) -> Result<Engine, EngineError> {
+        cfg.validate()?;
+        let (free_home, free) = bounded(cfg.slots);
+        for _ in 0..cfg.slots {
+            let slot =
+                device
+                    .alloc_pinned(cfg.slot_bytes)
+                    .map_err(|source| EngineError::Staging {
+                        slots: cfg.slots,
+                        slot_bytes: cfg.slot_bytes,
+                        source,
+                    })?;
+            // The channel holds exactly `slots` buffers and the receiver is alive.
+            let _ = free_home.send(slot);
+        }
+        let pool = ReaderPool::new(
+            Arc::clone(&source),
+            &PoolConfig {
+                workers: cfg.workers,
+                queue_depth: cfg.queue_depth,
+                name: "ds4-read".into(),
+            },
+        )
+        .map_err(|e| EngineError::Open {
+            path: source.path().to_path_buf(),
+            source: e,
+        })?;
+        let shared = Arc::new(Shared {
+            source,
+            device,
+            stats: Arc::new(Stats::new()),
+            slot_bytes: cfg.slot_bytes,
+            align_reads: cfg.direct,
+            cold: cfg.cold,
+        });
+        let (done_tx, done_rx) = unbounded();
+        let stats = Arc::clone(&shared.stats);
+        let completer = std::thread::Builder::new()
+            .name("ds4-complete".into())
+            .spawn(move || pipeline::completer(done_rx, stats))
+            .map_err(EngineError::Thread)?;
+        let (req_tx, req_rx) = unbounded();
+        let (stop_tx, stop_rx) = bounded(0);
+        let d = Dispatcher {
+            shared: Arc::clone(&shared),
+            pool,
+            requests: req_rx,
+            stop: stop_rx,
+            free,
+            free_home,
+            done: done_tx,
+        };
+        // On spawn failure the closure (and the dispatcher with its sender) is dropped, so the
+        // completer sees its channel close and exits: nothing leaks.
+        let dispatcher = match std::thread::Builder::new()
+            .name("ds4-dispatch".into())
+            .spawn(move || d.run())
+        {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = completer.join();
+                return Err(EngineError::Thread(e));
+            }
+        };
+        Ok(Engine {
+            shared,
+            cfg,
+            requests: Some(req_tx),
+            stop: Some(stop_tx),
+            dispatcher: Some(dispatcher),
+            completer: Some(completer),
+        })
+    }
+
+    /// Opens `path` with [`FileSource`] (direct IO per `cfg.direct`) and starts an engine on it.
+    pub fn open(
+        path: impl AsRef<Path>,
+        device: Arc<dyn Device>,
+        cfg: EngineConfig,
+    ) -> Result<Engine, EngineError> {
+        let path = path.as_ref();
+        let src = FileSource::open(
+            path,
+            OpenConfig {
+                direct: cfg.direct,
+                drop_cache: false, // the engine advises per chunk itself when cfg.cold
+            },
+        )
+        .map_err(|source| EngineError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Engine::new(src, device, cfg)
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    pub fn source(&self) -> &Arc<dyn Source> {
+        &self.shared.source
+    }
+
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.shared.device
+    }
+
+    /// Length of the source file in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.shared.source.len()
+    }
+
+    /// Submits a batch; the ticket completes when every range has arrived (or the first error).
+    /// Validation errors return here and nothing is read. Never blocks on IO.
+    pub fn submit(&self, reqs: Vec<ReadRequest>) -> Result<Ticket, EngineError> {
+        let file_len = self.shared.source.len();
+        let mut items = Vec::with_capacity(reqs.len());
+        let mut leases = Vec::new();
+        let mut chunks: u64 = 0;
+        for r in reqs {
+            let in_file = r
+                .offset
+                .checked_add(r.len as u64)
+                .is_some_and(|e| e <= file_len);
+            if !in_file {
+                return Err(EngineError::OutOfFile {
+                    path: self.shared.source.path().to_path_buf(),
+                    offset: r.offset,
+                    len: r.len as u64,
+                    file_len,
+                    label: r.label,
+                });
+            }
+            let in_buf = r
+                .dst_offset
+                .checked_add(r.len)
+                .is_some_and(|e| e <= r.dst.len());
+            if !in_buf {
+                return Err(EngineError::OutOfBuffer {
+                    dst_offset: r.dst_offset as u64,
+                    len: r.len as u64,
+                    dst_len: r.dst.len() as u64,
+                    label: r.label,
+                });
+            }
+            if r.len > 0 {
+                // Dropping `leases` on an early return releases the ones already taken.
+                match r.dst.lease(r.dst_offset, r.len) {
+                    Some(l) => leases.push(l),
+                    None => {
+                        return Err(EngineError::DestinationBusy {
+                            dst_offset: r.dst_offset as u64,
+                            len: r.len as u64,
+                            label: r.label,
+                        })
+                    }
+                }
+            }
+            // Cannot overflow: each item has at most file_len / 4096 + 2 chunks.
+            chunks = chunks.saturating_add(chunk_count(r.offset, r.len, self.cfg.slot_bytes));
+            items.push(Item {
+                offset: r.offset,
+                len: r.len,
+                dst: r.dst,
+                dst_offset: r.dst_offset,
+                label: r.label,
+            });
+        }
+        let completion = Arc::new(Completion::default());
+        let ticket = Ticket::new(Arc::clone(&completion));
+        let state = RequestState::new(chunks, leases, completion, Arc::clone(&self.shared.stats));
+        if chunks > 0 {
+            if let Some(tx) = &self.requests {
+                // If the dispatcher is gone, the Pending is dropped here and its RequestState
+                // completes the ticket with Shutdown.
+                let _ = tx.send(Pending { state, items });
+            }
+        }
+        Ok(ticket)
+    }
+
+    /// Submits one range into fresh page-aligned host memory (read straight into it, no bounce);
+    /// the result is a `Bytes` over that allocation.
+    pub fn submit_bytes(&self, offset: u64, len: usize) -> Result<BytesTicket, EngineError> {
+        // Validate before allocating, so a hostile length cannot allocate.
+        let file_len = self.shared.source.len();
+        if offset.checked_add(len as u64).is_none_or(|e| e > file_len) {
+            return Err(EngineError::OutOfFile {
+                path: self.shared.source.path().to_path_buf(),
+                offset,
+                len: len as u64,
+                file_len,
+                label: None,
+            });
+        }
+        let buf = Arc::new(
+            DeviceBuffer::host(len).map_err(|_| EngineError::OutOfMemory { bytes: len as u64 })?,
+        );
+        let ticket = self.submit(vec![ReadRequest::new(offset, len, Arc::clone(&buf), 0)])?;
+        Ok(BytesTicket { ticket, buf })
+    }
+
+    /// Reads `[offset, offset + len)` into fresh host memory, blocking.
+    pub fn read_bytes(&self, offset: u64, len: usize) -> Result<Bytes, EngineError> {
+        self.submit_bytes(offset, len)?.wait()
+    }
+
+    /// Async [`Self::read_bytes`].
+    pub async fn read_bytes_async(&self, offset: u64, len: usize) -> Result<Bytes, EngineError> {
+        self.submit_bytes(offset, len)?.await
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    pub fn reset_stats(&self) {
+        self.shared.stats.reset();
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Disconnecting `stop` wakes the dispatcher wherever it waits (next request, free slot);
+        // it fails unplanned chunks with Shutdown, then drops the pool (queued jobs cancelled,
+        // running ones finish). The completer drains in-flight copies and exits once the last
+        // job is gone. Every ticket has completed when both threads are joined.
+        self.stop = None;
+        self.requests = None;
+        if let Some(t) = self.dispatcher.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.completer.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A pending [`Engine::submit_bytes`]: `wait()` or `.await` for the bytes.
+#[must_use = "a ticket says when the bytes have arrived"]
+pub struct BytesTicket {
+    ticket: Ticket,
+    buf: Arc<DeviceBuffer>,
+}
+
+impl BytesTicket {
+    pub fn wait(self) -> Result<Bytes, EngineError> {
+        self.ticket.wait()?;
+        Ok(into_bytes(self.buf))
+    }
+}
+
+impl Future for BytesTicket {
+    type Output = Result<Bytes, EngineError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.ticket).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(into_bytes(Arc::clone(&self.buf)))),
+        }
+    }
+}
+
+/// Host memory a finished `read_bytes` landed in, exposed read-only.
+struct HostBytes {
+    _buf: Arc<DeviceBuffer>,
+    addr: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for HostBytes {
+    fn as_ref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `addr` is the start of `buf`'s host memory, valid for `len` bytes while `buf`
+        // lives (held here). The buffer never left this module, its one request has completed
+        // (no engine thread writes it again), so nothing mutates it any more.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+}
+
+fn into_bytes(buf: Arc<DeviceBuffer>) -> Bytes {
+    let len = buf.len();
+    match buf.host_ptr_at(0) {
+        Some(p) => Bytes::from_owner(HostBytes {
+            addr: p as usize,
+            len,
+            _buf: buf,
+        }),
+        None => Bytes::new(), // DeviceBuffer::host is always host-visible
+    }
+}

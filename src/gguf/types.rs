@@ -1,6 +1,8 @@
 //! The ggml tensor type table: id, name (as gguf-py 0.19 spells it), block elements, block bytes.
 //!
-//! Sizes follow gguf-py's `GGML_QUANT_SIZES`; a test checks this table against gguf-py itself.
+//! Sizes follow gguf-py's `GGML_QUANT_SIZES`; `tests/gguf_types.rs` checks this table against
+//! gguf-py itself (ids, names, block sizes), so a drift in either direction fails the tests.
+//! Ids 4, 5 (removed Q4_2/Q4_3) and 31-33, 36-38 (removed or repacked types) are not types.
 
 /// A ggml tensor element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -38,6 +40,8 @@ pub enum GgmlType {
     TQ1_0,
     TQ2_0,
     MXFP4,
+    NVFP4,
+    Q1_0,
 }
 
 use GgmlType::*;
@@ -51,7 +55,7 @@ const TABLE: &[(GgmlType, u32, &str, u64, u64)] = &[
     (Q5_0, 6, "Q5_0", 32, 22),
     (Q5_1, 7, "Q5_1", 32, 24),
     (Q8_0, 8, "Q8_0", 32, 34),
-    (Q8_1, 9, "Q8_1", 32, 36),
+    (Q8_1, 9, "Q8_1", 32, 40),
     (Q2_K, 10, "Q2_K", 256, 84),
     (Q3_K, 11, "Q3_K", 256, 110),
     (Q4_K, 12, "Q4_K", 256, 144),
@@ -76,6 +80,8 @@ const TABLE: &[(GgmlType, u32, &str, u64, u64)] = &[
     (TQ1_0, 34, "TQ1_0", 256, 54),
     (TQ2_0, 35, "TQ2_0", 256, 66),
     (MXFP4, 39, "MXFP4", 32, 17),
+    (NVFP4, 40, "NVFP4", 64, 36),
+    (Q1_0, 41, "Q1_0", 128, 18),
 ];
 
 impl GgmlType {

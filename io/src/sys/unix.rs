@@ -1,0 +1,481 @@
+//! Unix per-worker handles: each worker opens the file itself (its own fd, no shared file
+//! offset, no lock in the kernel's `struct file`), reads with `pread`, and, when asked for
+//! unbuffered IO, opens a second fd lazily for aligned requests:
+//!
+//! - Linux: `O_DIRECT`. The alignment comes from `statx(STATX_DIOALIGN)` (kernel 6.1+:
+//!   `stx_dio_offset_align` for file offset and length, `stx_dio_mem_align` for the buffer
+//!   address), else the device's logical block size from sysfs, else 4096.
+//! - macOS: `F_NOCACHE` on the second fd (no alignment is required by the OS; page alignment is
+//!   used so that only whole pages bypass the cache).
+//! - Other unix targets: buffered reads only; the handle says so in its stats.
+//!
+//! A request whose offset, length and buffer address are aligned goes to the unbuffered fd; a
+//! large unaligned request reads its aligned middle unbuffered and its head and tail buffered
+//! (see [`super::plan`]). When the kernel or the filesystem refuses unbuffered IO (`EINVAL`,
+//! `ENOTSUP` at open or at a read: tmpfs on older kernels, some FUSE and network filesystems)
+//! the handle falls back to buffered reads for the rest of its life and records why.
+//!
+//! Limits: the file is assumed not to change while it is read (it is a model file); a file that
+//! was replaced on disk between [`SharedFile::open`] and a worker's open is detected by its
+//! device and inode numbers and refused.
+
+use super::{exact_loop, plan, Plan};
+use crate::error::ReadError;
+use crate::file::{HandleStats, OpenConfig, ReadAt};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// What every worker's handle is checked against: the identity of the file opened first.
+pub(crate) struct SharedFile {
+    dev: u64,
+    ino: u64,
+}
+
+impl SharedFile {
+    /// Opens `path` once to learn its length and identity. Only regular files are accepted.
+    pub(crate) fn open(path: &Path) -> io::Result<(Self, u64)> {
+        let f = File::open(path)?;
+        let md = f.metadata()?;
+        if !md.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        Ok((
+            SharedFile {
+                dev: md.dev(),
+                ino: md.ino(),
+            },
+            md.len(),
+        ))
+    }
+
+    /// Opens a new, independent fd on the same file for one worker.
+    pub(crate) fn open_handle(&self, path: &Path, cfg: &OpenConfig) -> io::Result<Box<dyn ReadAt>> {
+        let file = File::open(path)?;
+        check_same_file(&file, self.dev, self.ino)?;
+        Ok(Box::new(UnixHandle::new(path, file, self, cfg)))
+    }
+}
+
+/// Refuses an fd whose file is not the one [`SharedFile::open`] saw.
+fn check_same_file(file: &File, dev: u64, ino: u64) -> io::Result<()> {
+    let md = file.metadata()?;
+    if md.dev() != dev || md.ino() != ino {
+        return Err(io::Error::other(format!(
+            "file was replaced since it was first opened (device/inode {}/{} now, {dev}/{ino} \
+             before)",
+            md.dev(),
+            md.ino()
+        )));
+    }
+    Ok(())
+}
+
+/// State of the unbuffered path of one handle.
+enum Direct {
+    /// Not requested ([`OpenConfig::direct`] is false).
+    Off,
+    /// Usable; the unbuffered fd is opened at the first request that can use it.
+    Ready {
+        offset_align: usize,
+        mem_align: usize,
+        fd: Option<File>,
+    },
+    /// Turned off for good; [`HandleStats::direct_fallback`] says why.
+    Disabled,
+}
+
+struct UnixHandle {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    buffered: File,
+    direct: Direct,
+    drop_cache: bool,
+    stats: HandleStats,
+}
+
+impl UnixHandle {
+    fn new(path: &Path, buffered: File, shared: &SharedFile, cfg: &OpenConfig) -> Self {
+        let mut stats = HandleStats::default();
+        let direct = if !cfg.direct {
+            Direct::Off
+        } else {
+            match dio_alignment(&buffered, shared.dev) {
+                Ok((offset_align, mem_align)) => Direct::Ready {
+                    offset_align,
+                    mem_align,
+                    fd: None,
+                },
+                Err(reason) => {
+                    stats.direct_fallback = Some(reason);
+                    Direct::Disabled
+                }
+            }
+        };
+        Self {
+            path: path.to_path_buf(),
+            dev: shared.dev,
+            ino: shared.ino,
+            buffered,
+            direct,
+            drop_cache: cfg.drop_cache,
+            stats,
+        }
+    }
+
+    fn disable_direct(&mut self, reason: String) {
+        self.direct = Direct::Disabled; // closes the unbuffered fd
+        self.stats.direct_fallback = Some(reason);
+    }
+
+    /// The unbuffered fd, opened on first use; `None` when the unbuffered path is off.
+    fn direct_fd(&mut self) -> io::Result<Option<RawFd>> {
+        let Direct::Ready { fd, .. } = &mut self.direct else {
+            return Ok(None);
+        };
+        if let Some(f) = fd {
+            return Ok(Some(f.as_raw_fd()));
+        }
+        match open_direct(&self.path).and_then(|f| {
+            check_same_file(&f, self.dev, self.ino)?;
+            Ok(f)
+        }) {
+            Ok(f) => {
+                let raw = f.as_raw_fd();
+                *fd = Some(f);
+                Ok(Some(raw))
+            }
+            Err(e) if refuses_direct(&e) => {
+                self.disable_direct(format!("opening for unbuffered reads failed: {e}"));
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn read_inner(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        // Every offset this request touches must fit a signed 64-bit off_t.
+        if offset
+            .checked_add(buf.len() as u64)
+            .is_none_or(|end| end > i64::MAX as u64)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "range exceeds the largest file offset (2^63 - 1)",
+            ));
+        }
+        let p = match self.direct {
+            Direct::Ready {
+                offset_align,
+                mem_align,
+                ..
+            } => plan(
+                offset,
+                buf.len(),
+                buf.as_ptr() as usize,
+                offset_align,
+                mem_align,
+            ),
+            Direct::Off | Direct::Disabled => Plan::Buffered,
+        };
+        match p {
+            Plan::Buffered => self.read_buffered(buf, offset),
+            Plan::Direct => self.read_direct(buf, offset),
+            Plan::Split { head, tail } => {
+                let (h, rest) = buf.split_at_mut(head);
+                let (m, t) = rest.split_at_mut(tail - head);
+                self.read_buffered(h, offset)?;
+                self.read_direct(m, offset + head as u64)?;
+                self.read_buffered(t, offset + tail as u64)
+            }
+        }
+    }
+
+    fn read_buffered(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let fd = self.buffered.as_raw_fd();
+        let (done, err) = exact_loop(buf, offset, None, &mut self.stats.buffered_calls, |b, o| {
+            pread_once(fd, b, o)
+        });
+        self.stats.buffered_bytes += done as u64;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads `buf` (aligned per the plan) through the unbuffered fd; whatever it cannot do (a
+    /// misaligned remainder after a short read, a refusal) continues on the buffered fd.
+    fn read_direct(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let Some(fd) = self.direct_fd()? else {
+            return self.read_buffered(buf, offset);
+        };
+        let align = match self.direct {
+            Direct::Ready {
+                offset_align,
+                mem_align,
+                ..
+            } => (offset_align, mem_align),
+            _ => return self.read_buffered(buf, offset),
+        };
+        let (done, err) = exact_loop(
+            buf,
+            offset,
+            Some(align),
+            &mut self.stats.direct_calls,
+            |b, o| pread_once(fd, b, o),
+        );
+        self.stats.direct_bytes += done as u64;
+        let rest_off = offset + done as u64;
+        match err {
+            None if done == buf.len() => Ok(()),
+            None => self.read_buffered(&mut buf[done..], rest_off),
+            Some(e) if refuses_direct(&e) => {
+                self.disable_direct(format!(
+                    "unbuffered read of {} bytes at offset {rest_off} refused: {e}",
+                    buf.len() - done
+                ));
+                self.read_buffered(&mut buf[done..], rest_off)
+            }
+            Some(e) => Err(e),
+        }
+    }
+
+    fn advise_dontneed(&self, offset: u64, len: u64) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            let (Ok(off), Ok(l)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len))
+            else {
+                return;
+            };
+            if l == 0 {
+                return; // 0 would mean "to the end of the file"
+            }
+            // SAFETY: posix_fadvise only reads its integer arguments; the fd is owned by
+            // self.buffered and open. The advice is best-effort: its result is ignored.
+            unsafe {
+                libc::posix_fadvise(self.buffered.as_raw_fd(), off, l, libc::POSIX_FADV_DONTNEED);
+            }
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            // macOS has no posix_fadvise; its unbuffered path (F_NOCACHE) is the cold mode.
+            let _ = (offset, len);
+        }
+    }
+}
+
+impl ReadAt for UnixHandle {
+    fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let len = buf.len() as u64;
+        self.read_inner(buf, offset)
+            .map_err(|e| ReadError::wrap(&self.path, offset, len, e))?;
+        if self.drop_cache {
+            self.advise_dontneed(offset, len);
+        }
+        Ok(())
+    }
+
+    fn direct_alignment(&self) -> Option<usize> {
+        match self.direct {
+            Direct::Ready {
+                offset_align,
+                mem_align,
+                ..
+            } => Some(offset_align.max(mem_align)),
+            Direct::Off | Direct::Disabled => None,
+        }
+    }
+
+    fn drop_cache(&mut self, offset: u64, len: u64) {
+        self.advise_dontneed(offset, len);
+    }
+
+    fn stats(&self) -> HandleStats {
+        let mut s = self.stats.clone();
+        s.direct_active = matches!(self.direct, Direct::Ready { .. });
+        s
+    }
+}
+
+/// True for the errors with which an OS refuses unbuffered IO on a file or a request.
+fn refuses_direct(e: &io::Error) -> bool {
+    // ENOTSUP and EOPNOTSUPP are one value on Linux and two on macOS.
+    e.raw_os_error()
+        .is_some_and(|c| c == libc::EINVAL || c == libc::ENOTSUP || c == libc::EOPNOTSUPP)
+}
+
+/// One `pread` (the caller bounds the length to [`super::MAX_CALL`]).
+fn pread_once(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    // Checked, never truncated: a 32-bit off_t must not wrap an offset past 2 GiB.
+    let off = libc::off_t::try_from(offset).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("offset {offset} does not fit this platform's off_t"),
+        )
+    })?;
+    // SAFETY: `buf` is a live, exclusively borrowed region of `buf.len()` writable bytes for
+    // the whole call; `fd` is an open descriptor owned by a `File` the caller holds.
+    let r = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), off) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Opens the unbuffered fd.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn open_direct(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+}
+
+/// Opens the unbuffered fd: a plain fd with the page cache turned off for it.
+#[cfg(target_vendor = "apple")]
+fn open_direct(path: &Path) -> io::Result<File> {
+    let f = File::open(path)?;
+    // SAFETY: fcntl on an fd owned by `f`; F_NOCACHE takes an int argument and touches no memory.
+    if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_NOCACHE, 1) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+fn open_direct(_path: &Path) -> io::Result<File> {
+    Err(io::Error::from_raw_os_error(libc::ENOTSUP))
+}
+
+/// The unbuffered path's (offset/length alignment, buffer address alignment), or why there is no
+/// unbuffered path for this file.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn dio_alignment(file: &File, dev: u64) -> Result<(usize, usize), String> {
+    let sane = |x: u32| x.is_power_of_two() && x <= 1 << 20;
+    #[cfg(any(target_env = "gnu", target_os = "android"))]
+    if let Some((mem, off)) = statx_dioalign(file) {
+        if off == 0 {
+            return Err("the filesystem reports no direct-IO support for this file \
+                        (statx dio_offset_align = 0)"
+                .into());
+        }
+        if sane(mem) && sane(off) {
+            return Ok((off as usize, mem as usize));
+        }
+    }
+    #[cfg(not(any(target_env = "gnu", target_os = "android")))]
+    let _ = file;
+    if let Some(lbs) = sysfs_logical_block_size(dev).filter(|&b| sane(b)) {
+        return Ok((lbs as usize, lbs as usize));
+    }
+    Ok((4096, 4096))
+}
+
+#[cfg(target_vendor = "apple")]
+fn dio_alignment(_file: &File, _dev: u64) -> Result<(usize, usize), String> {
+    Ok((4096, 4096))
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android", target_vendor = "apple")))]
+fn dio_alignment(_file: &File, _dev: u64) -> Result<(usize, usize), String> {
+    Err("unbuffered reads are implemented for Linux (O_DIRECT) and macOS (F_NOCACHE) only".into())
+}
+
+/// `(stx_dio_mem_align, stx_dio_offset_align)` when the kernel answers STATX_DIOALIGN.
+#[cfg(all(
+    any(target_os = "linux", target_os = "android"),
+    any(target_env = "gnu", target_os = "android")
+))]
+fn statx_dioalign(file: &File) -> Option<(u32, u32)> {
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the fd is open (owned by `file`), the path is an empty NUL-terminated string as
+    // AT_EMPTY_PATH requires, and `stx` is a writable statx the kernel fills.
+    let r = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    if r != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return None; // old kernel, or a seccomp filter: use the next source
+    }
+    Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
+}
+
+/// The logical block size of the block device holding the file, from sysfs (a partition's
+/// queue settings live in its parent device's directory).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn sysfs_logical_block_size(dev: u64) -> Option<u32> {
+    let (major, minor) = (
+        libc::major(dev as libc::dev_t),
+        libc::minor(dev as libc::dev_t),
+    );
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    [
+        format!("{base}/queue/logical_block_size"),
+        format!("{base}/../queue/logical_block_size"),
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse().ok())
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::pattern;
+
+    /// Forces the unbuffered path onto requests the kernel must refuse (alignment 1 claimed,
+    /// the read is at an odd offset into an odd address): the read still returns the right
+    /// bytes, through the buffered fd, and the handle records why and stays buffered.
+    #[test]
+    fn refused_unbuffered_read_falls_back_for_good() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let path = dir.path().join("f.bin");
+        let p = pattern::write_full(&path, 1 << 20).unwrap();
+        let (shared, _) = SharedFile::open(&path).unwrap();
+        let file = File::open(&path).unwrap();
+        let cfg = OpenConfig {
+            direct: true,
+            drop_cache: false,
+        };
+        let mut h = UnixHandle::new(&path, file, &shared, &cfg);
+        h.direct = Direct::Ready {
+            offset_align: 1,
+            mem_align: 1,
+            fd: None,
+        };
+        let mut buf = vec![0u8; 4097];
+        h.read_exact_at(&mut buf[1..], 3).unwrap();
+        p.verify(3, &buf[1..]).unwrap();
+        let s = h.stats();
+        assert!(!s.direct_active, "{s:?}");
+        assert!(s.direct_fallback.is_some(), "{s:?}");
+        assert_eq!(s.buffered_bytes, 4096);
+        assert!(h.direct_alignment().is_none());
+        // Later requests stay on the buffered path.
+        h.read_exact_at(&mut buf[1..], 4099).unwrap();
+        p.verify(4099, &buf[1..]).unwrap();
+        assert_eq!(h.stats().direct_calls, s.direct_calls);
+    }
+
+    #[test]
+    fn non_regular_files_are_refused() {
+        let e = SharedFile::open(Path::new("/")).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+}

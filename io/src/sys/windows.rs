@@ -1,0 +1,1 @@
+//! Windows per-worker handles (in progress).

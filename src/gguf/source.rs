@@ -1,0 +1,133 @@
+//! The one cursor the parser reads through: over a byte slice, or over a file with bounded
+//! buffered reads.
+//!
+//! Both know the total size up front (the slice length, the file's metadata) and refuse a read
+//! that would cross it with [`GgufError::Truncated`] *before* touching the bytes, so the parser's
+//! "does the rest of the file hold this?" checks and the read itself agree. The file cursor reads
+//! sequentially through a fixed-size `BufReader`; it never seeks into or maps the data section.
+
+use super::GgufError;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::PathBuf;
+
+/// A forward-only byte cursor with a known total size.
+pub(crate) trait Source {
+    /// Bytes consumed so far (the absolute offset of the next byte).
+    fn pos(&self) -> u64;
+    /// Total size of the input.
+    fn size(&self) -> u64;
+    /// Fills `buf` from the current position. Fails without reading if the input is too short.
+    fn read_exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), GgufError>;
+
+    /// Bytes left after the current position.
+    fn remaining(&self) -> u64 {
+        self.size().saturating_sub(self.pos())
+    }
+
+    /// The `Truncated` error for a read of `need` bytes here, if it would cross the end.
+    fn check_room(&self, need: u64, what: &'static str) -> Result<(), GgufError> {
+        if need > self.remaining() {
+            return Err(GgufError::Truncated {
+                what,
+                at: self.pos(),
+                need,
+                file_size: self.size(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Cursor over bytes in memory.
+pub(crate) struct SliceSource<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> SliceSource<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, pos: 0 }
+    }
+}
+
+impl Source for SliceSource<'_> {
+    fn pos(&self) -> u64 {
+        self.pos as u64
+    }
+    fn size(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn read_exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), GgufError> {
+        self.check_room(buf.len() as u64, what)?;
+        // check_room guarantees pos + len <= bytes.len(), so neither can fail; `get` keeps it
+        // panic-free regardless.
+        let end = self.pos + buf.len();
+        let src = self.bytes.get(self.pos..end).ok_or(GgufError::Truncated {
+            what,
+            at: self.pos as u64,
+            need: buf.len() as u64,
+            file_size: self.bytes.len() as u64,
+        })?;
+        buf.copy_from_slice(src);
+        self.pos = end;
+        Ok(())
+    }
+}
+
+/// Cursor over a file: sequential reads through a 64 KiB buffer, size taken from the file's
+/// metadata when it was opened.
+pub(crate) struct FileSource {
+    reader: BufReader<File>,
+    path: PathBuf,
+    pos: u64,
+    size: u64,
+}
+
+impl FileSource {
+    pub(crate) fn open(path: PathBuf) -> Result<Self, GgufError> {
+        let file = File::open(&path).map_err(|source| GgufError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        let meta = file.metadata().map_err(|source| GgufError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        // A FIFO or device would report size 0 or block forever; a directory fails on read.
+        // Only regular files have a size we can bound every read by.
+        if !meta.is_file() {
+            return Err(GgufError::NotAFile { path });
+        }
+        Ok(Self {
+            reader: BufReader::with_capacity(64 * 1024, file),
+            path,
+            pos: 0,
+            size: meta.len(),
+        })
+    }
+}
+
+impl Source for FileSource {
+    fn pos(&self) -> u64 {
+        self.pos
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), GgufError> {
+        self.check_room(buf.len() as u64, what)?;
+        // A file that shrank after we took its size ends here with UnexpectedEof: reported as an
+        // IO error with the offset, which is what it is.
+        self.reader
+            .read_exact(buf)
+            .map_err(|source| GgufError::Io {
+                path: self.path.clone(),
+                offset: self.pos,
+                len: buf.len() as u64,
+                source,
+            })?;
+        self.pos += buf.len() as u64;
+        Ok(())
+    }
+}
