@@ -44,7 +44,7 @@ fn io_small_sweep_json_rows() {
     let o = bench(&[
         "io",
         "--size",
-        "96MiB",
+        "48MiB",
         "--dir",
         d,
         "--reps",
@@ -52,9 +52,9 @@ fn io_small_sweep_json_rows() {
         "--workers",
         "1,2",
         "--chunk",
-        "1MiB,4MiB",
+        "4MiB",
         "--dest",
-        "64MiB",
+        "48MiB",
         "--json",
         "--quiet",
         "--machine",
@@ -76,9 +76,11 @@ fn io_small_sweep_json_rows() {
             .count()
     };
     for pattern in ["seq", "expert"] {
-        // io-threads: 2 workers x 2 chunks x (2 direct settings cold, 1 hot).
-        assert_eq!(n("io-threads", pattern, "cold"), 8, "{pattern}");
-        assert_eq!(n("io-threads", pattern, "hot"), 4, "{pattern}");
+        // Swept cases: 2 workers x 1 chunk x (2 direct settings cold, 1 hot).
+        for case in ["engine", "engine-host", "io-threads"] {
+            assert_eq!(n(case, pattern, "cold"), 4, "{case} {pattern}");
+            assert_eq!(n(case, pattern, "hot"), 2, "{case} {pattern}");
+        }
         for mode in ["cold", "hot"] {
             assert_eq!(n("mmap", pattern, mode), 1);
             assert_eq!(n("c-load", pattern, mode), 1);
@@ -99,6 +101,19 @@ fn io_small_sweep_json_rows() {
         assert!(r["vs_mmap"].as_f64().is_some(), "{r}");
         assert!(r["vs_c"].as_f64().is_some(), "{r}");
         assert!(r["bytes"].as_u64().unwrap() > 0);
+        if r["case"].as_str().unwrap().starts_with("engine") {
+            // The engine's own stats ride along and agree with the row.
+            let extra = &r["extra"];
+            assert_eq!(extra["bytes"], r["bytes"], "{r}");
+            assert_eq!(extra["failed_requests"], 0, "{r}");
+            let staged = extra["staged_chunks"].as_u64().unwrap();
+            let zero_copy = extra["zero_copy_chunks"].as_u64().unwrap();
+            if r["case"] == "engine" {
+                assert!(staged > 0 && zero_copy == 0, "{r}");
+            } else {
+                assert!(staged == 0 && zero_copy > 0, "{r}");
+            }
+        }
         let cache = r["cache"].as_str().unwrap();
         if r["mode"] == "hot" {
             assert_eq!(cache, "warmed");
@@ -109,14 +124,14 @@ fn io_small_sweep_json_rows() {
     }
     if has_fio() {
         assert!(rows.iter().any(|r| r["case"] == "fio"));
-        // io-threads with 2 workers and 1 MiB chunks has a matching fio row in seq mode.
+        // io-threads with 2 workers and 4 MiB chunks has a matching fio row in seq mode.
         let m = rows
             .iter()
             .find(|r| {
                 r["case"] == "io-threads"
                     && r["pattern"] == "seq"
                     && r["workers"] == 2
-                    && r["chunk"] == 1 << 20
+                    && r["chunk"] == 4 << 20
             })
             .unwrap();
         assert!(m["vs_fio"].as_f64().is_some(), "{m}");
@@ -200,6 +215,8 @@ fn io_bad_flags_exit_2() {
     for args in [
         vec!["io", "--chunk", "3parsecs"],
         vec!["io", "--chunk", "1KiB"],
+        vec!["io", "--chunk", "5000"],
+        vec!["io", "--slots", "0"],
         vec!["io", "--workers", "0"],
         vec!["io", "--size", "4GiB", "--file", "/etc/hostname"],
         vec!["io", "--direct", "maybe"],

@@ -11,7 +11,7 @@
 
 use super::file::DestPtr;
 use super::plan::{Plan, Request};
-use super::threads::{io_err, RunOut};
+use super::threads::{direct_fraction, io_err, RunOut};
 use super::BenchError;
 use crossbeam_channel::bounded;
 use ds4_io::{AlignedBuf, FileSource, OpenConfig, Source};
@@ -61,7 +61,7 @@ pub fn run_mmap(path: &Path, plan: &Plan, dest: DestPtr) -> Result<RunOut, Bench
     }
     Ok(RunOut {
         elapsed: start.elapsed(),
-        direct_effective: None,
+        direct_fraction: None,
     })
 }
 
@@ -93,7 +93,6 @@ pub fn run_c_load(
         len: 0,
         source: e,
     })?;
-    let direct_effective = Some(h.direct_alignment().is_some());
     let (free_tx, free_rx) = bounded::<AlignedBuf>(C_LOAD_SLOTS);
     for _ in 0..C_LOAD_SLOTS {
         let b = AlignedBuf::new(C_LOAD_SLOT_BYTES as usize, 4096)
@@ -151,9 +150,10 @@ pub fn run_c_load(
         }
         let elapsed = start.elapsed();
         drop(fill_tx);
+        let st = h.stats();
         result.map(|()| RunOut {
             elapsed,
-            direct_effective,
+            direct_fraction: direct_fraction(st.direct_bytes, st.buffered_bytes),
         })
     })
 }

@@ -9,6 +9,7 @@
 //! so it would be a cold run under another name).
 
 use super::cache;
+use super::engine_case::{EngineBench, EngineRun};
 use super::file::{HostDest, TestFile, Verifier};
 use super::fio::{self, FioJob};
 use super::plan::{Pattern, Plan, EXPERT_BYTES};
@@ -38,6 +39,10 @@ pub enum OnOff {
 /// The cases `--cases` can pick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CaseArg {
+    /// The engine, staged: file -> pinned slot -> copy thread -> device memory (swept).
+    Engine,
+    /// The engine reading straight into host-visible device memory (swept).
+    EngineHost,
     /// Raw ds4_io threads, straight into the destination (swept).
     IoThreads,
     /// The old path: memmap2 mapping + copy.
@@ -56,8 +61,10 @@ fn size_arg(s: &str) -> Result<u64, String> {
 
 fn chunk_arg(s: &str) -> Result<u64, String> {
     let v = size_arg(s)?;
-    if !(4096..=1 << 30).contains(&v) {
-        return Err(format!("chunk {v} bytes: must be between 4KiB and 1GiB"));
+    if !(4096..=1 << 30).contains(&v) || v % 4096 != 0 {
+        return Err(format!(
+            "chunk {v} bytes: must be a multiple of 4KiB between 4KiB and 1GiB"
+        ));
     }
     Ok(v)
 }
@@ -106,14 +113,17 @@ pub struct IoArgs {
     /// Destination memory the reads land in (a ring; at most TOTAL is used).
     #[arg(long, default_value = "1GiB", value_parser = size_arg)]
     pub dest: u64,
-    /// Cases to run besides the engine sweep.
+    /// Cases to run.
     #[arg(
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "io-threads,mmap,c-load,c-stream,fio"
+        default_value = "engine,engine-host,io-threads,mmap,c-load,c-stream,fio"
     )]
     pub cases: Vec<CaseArg>,
+    /// Staging slots of the engine's ring (slot size = chunk).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub slots: u32,
     /// Print one JSON object per run on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -155,6 +165,12 @@ pub fn machine_name() -> String {
 /// One configuration to measure.
 #[derive(Clone, Debug)]
 enum Case {
+    Engine {
+        host: bool,
+        workers: usize,
+        chunk: u64,
+        direct: bool,
+    },
     Threads {
         workers: usize,
         chunk: u64,
@@ -170,6 +186,8 @@ enum Case {
 impl Case {
     fn name(&self) -> &'static str {
         match self {
+            Case::Engine { host: false, .. } => "engine",
+            Case::Engine { host: true, .. } => "engine-host",
             Case::Threads { .. } => "io-threads",
             Case::CStream => "c-stream",
             Case::Mmap => "mmap",
@@ -179,7 +197,13 @@ impl Case {
     /// (workers, chunk, direct) as reported.
     fn params(&self) -> (usize, u64, bool) {
         match *self {
-            Case::Threads {
+            Case::Engine {
+                workers,
+                chunk,
+                direct,
+                ..
+            }
+            | Case::Threads {
                 workers,
                 chunk,
                 direct,
@@ -196,6 +220,9 @@ struct Ctx<'a> {
     file: &'a TestFile,
     verifier: Verifier,
     dest: HostDest,
+    /// The engine's destinations: staged (not host-visible) and host-visible.
+    engine_staged: Option<EngineBench>,
+    engine_host: Option<EngineBench>,
     machine: String,
     rows: Vec<Row>,
 }
@@ -233,6 +260,15 @@ impl Ctx<'_> {
     }
 
     fn run_case(&mut self, plan: &Plan, mode: Mode, case: &Case) -> Result<(), BenchError> {
+        if let Case::Engine {
+            host,
+            workers,
+            chunk,
+            direct,
+        } = *case
+        {
+            return self.run_engine(plan, mode, host, workers, chunk, direct);
+        }
         let path = self.file.path.clone();
         let (workers, chunk, direct) = case.params();
         let mut m = Measured::new(case.name(), workers, chunk, direct);
@@ -273,12 +309,13 @@ impl Ctx<'_> {
                 )?,
                 Case::Mmap => baselines::run_mmap(&path, plan, dest)?,
                 Case::CLoad { direct } => baselines::run_c_load(&path, plan, dest, *direct)?,
+                Case::Engine { .. } => unreachable!("engine cases return above"),
             };
             cpu = add_cpu(cpu, cpu0, cache::cpu_seconds(false));
             m.times.push(out.elapsed.as_secs_f64());
             m.cache = method;
             m.resident_before = res;
-            m.direct_effective = out.direct_effective;
+            m.direct_fraction = out.direct_fraction;
         }
         m.cpu_secs = cpu;
         if self.args.inject_corruption {
@@ -290,6 +327,61 @@ impl Ctx<'_> {
                 .check(plan, case.name(), self.args.seed, &mut |o, b| {
                     dest.read(o, b)
                 })?;
+        self.push_row(plan, mode, m);
+        Ok(())
+    }
+
+    fn run_engine(
+        &mut self,
+        plan: &Plan,
+        mode: Mode,
+        host: bool,
+        workers: usize,
+        chunk: u64,
+        direct: bool,
+    ) -> Result<(), BenchError> {
+        let slot = if host {
+            &mut self.engine_host
+        } else {
+            &mut self.engine_staged
+        };
+        if slot.is_none() {
+            *slot = Some(EngineBench::new(host, self.dest.len())?);
+        }
+        let Some(eb) = (if host {
+            self.engine_host.as_ref()
+        } else {
+            self.engine_staged.as_ref()
+        }) else {
+            return Err(BenchError::Runtime("engine destination missing".into()));
+        };
+        let cfg = EngineRun {
+            workers,
+            chunk,
+            direct,
+            slots: self.args.slots as usize,
+        };
+        let mut m = Measured::new(eb.name(), workers, chunk, direct);
+        let mut cpu = Some(0.0);
+        for _ in 0..self.args.reps {
+            let (method, res) = self.prepare(mode)?;
+            eb.poison(plan.dest_len)?;
+            let cpu0 = cache::cpu_seconds(false);
+            let (out, stats) = eb.run(&self.file.path, plan, cfg)?;
+            cpu = add_cpu(cpu, cpu0, cache::cpu_seconds(false));
+            m.times.push(out.elapsed.as_secs_f64());
+            m.cache = method;
+            m.resident_before = res;
+            m.direct_fraction = out.direct_fraction;
+            m.extra = serde_json::to_value(&stats).ok();
+        }
+        m.cpu_secs = cpu;
+        if self.args.inject_corruption {
+            eb.corrupt_one_byte(plan)?;
+        }
+        m.verified_bytes = self
+            .verifier
+            .check(plan, eb.name(), self.args.seed, &mut |o, b| eb.read(o, b))?;
         self.push_row(plan, mode, m);
         Ok(())
     }
@@ -313,7 +405,7 @@ impl Ctx<'_> {
             workers: m.workers,
             chunk: if m.chunk == u64::MAX { 0 } else { m.chunk },
             direct: m.direct,
-            direct_effective: m.direct_effective,
+            direct_fraction: m.direct_fraction,
             bytes,
             reps: t.len() as u32,
             secs,
@@ -403,7 +495,7 @@ struct Measured {
     workers: usize,
     chunk: u64,
     direct: bool,
-    direct_effective: Option<bool>,
+    direct_fraction: Option<f64>,
     cache: String,
     resident_before: Option<f64>,
     times: Vec<f64>,
@@ -420,7 +512,7 @@ impl Measured {
             workers,
             chunk,
             direct,
-            direct_effective: None,
+            direct_fraction: None,
             cache: String::new(),
             resident_before: None,
             times: Vec::new(),
@@ -490,6 +582,8 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
         file: &file,
         verifier: file.verifier()?,
         dest: HostDest::new(dest_len)?,
+        engine_staged: None,
+        engine_host: None,
         machine: args.machine.clone().unwrap_or_else(machine_name),
         rows: Vec::new(),
     };
@@ -509,8 +603,12 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
                 "not selected"
             }),
     ));
-    let mut workers: Vec<usize> = args.workers.iter().map(|&w| w as usize).collect();
-    workers.dedup();
+    let mut workers: Vec<usize> = Vec::new();
+    for w in args.workers.iter().map(|&w| w as usize) {
+        if !workers.contains(&w) {
+            workers.push(w);
+        }
+    }
     for plan in &plans {
         for &mode in &modes {
             ctx.log(&format!("{} / {}:", plan.pattern.name(), mode.name()));
@@ -537,6 +635,22 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
                 }
             }
             let mut cases = Vec::new();
+            for (arg, host) in [(CaseArg::Engine, false), (CaseArg::EngineHost, true)] {
+                if args.cases.contains(&arg) {
+                    for &w in &workers {
+                        for &c in &args.chunk {
+                            for &d in &directs {
+                                cases.push(Case::Engine {
+                                    host,
+                                    workers: w,
+                                    chunk: c,
+                                    direct: d,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
             if args.cases.contains(&CaseArg::Mmap) {
                 cases.push(Case::Mmap);
             }

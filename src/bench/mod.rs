@@ -12,6 +12,7 @@
 
 pub mod baselines;
 pub mod cache;
+pub mod engine_case;
 pub mod file;
 pub mod fio;
 pub mod io;

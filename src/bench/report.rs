@@ -44,8 +44,9 @@ pub struct Row {
     pub chunk: u64,
     /// O_DIRECT asked for.
     pub direct: bool,
-    /// O_DIRECT really available on the handles (null where not applicable, e.g. mmap, fio).
-    pub direct_effective: Option<bool>,
+    /// Share of bytes (engine: of chunks) really read with O_DIRECT (null where not
+    /// applicable: mmap, fio).
+    pub direct_fraction: Option<f64>,
     pub bytes: u64,
     pub reps: u32,
     pub secs: f64,
@@ -140,10 +141,10 @@ pub fn table(rows: &[Row]) -> String {
         "xC"
     );
     for r in rows {
-        let direct = match (r.direct, r.direct_effective) {
-            (true, Some(false)) => "on(!)",
-            (true, _) => "on",
-            (false, _) => "off",
+        let direct = match (r.direct, r.direct_fraction) {
+            (true, Some(f)) if f < 0.995 => format!("on{:.0}%", f * 100.0),
+            (true, _) => "on".to_string(),
+            (false, _) => "off".to_string(),
         };
         let _ = writeln!(
             s,
@@ -168,7 +169,7 @@ pub fn table(rows: &[Row]) -> String {
     }
     s.push_str(
         "cpu: cores busy (CPU s / wall s); xfio: vs fio with the same workers/chunk; xfio*: vs the best fio row; xmmap: vs mmap+copy; \
-         xC: vs the C engine's path (c-load seq, c-stream expert); on(!): O_DIRECT asked, not available\n",
+         xC: vs the C engine's path (c-load seq, c-stream expert); onN%: O_DIRECT asked, only N% of bytes read that way\n",
     );
     s
 }
@@ -183,7 +184,7 @@ const CSV_FIELDS: [&str; 26] = [
     "workers",
     "chunk",
     "direct",
-    "direct_effective",
+    "direct_fraction",
     "bytes",
     "reps",
     "secs",
@@ -254,7 +255,7 @@ pub(crate) fn sample_row(case: &str, workers: usize, chunk: u64, gbps: f64) -> R
         workers,
         chunk,
         direct: true,
-        direct_effective: Some(true),
+        direct_fraction: Some(1.0),
         bytes: 1 << 30,
         reps: 1,
         secs: 1.0,

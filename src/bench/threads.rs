@@ -37,8 +37,15 @@ pub struct ThreadsCfg {
 #[derive(Clone, Copy, Debug)]
 pub struct RunOut {
     pub elapsed: Duration,
-    /// Whether the handles could use the unbuffered path (None: not applicable).
-    pub direct_effective: Option<bool>,
+    /// Share of the bytes (engine: of the chunks) read through the unbuffered path (None: not
+    /// applicable, e.g. mmap).
+    pub direct_fraction: Option<f64>,
+}
+
+/// `direct / (direct + buffered)`, None when nothing was read.
+pub(crate) fn direct_fraction(direct: u64, buffered: u64) -> Option<f64> {
+    let all = direct + buffered;
+    (all > 0).then(|| direct as f64 / all as f64)
 }
 
 pub(crate) fn io_err(
@@ -91,7 +98,6 @@ pub fn run_threads(
             source: e,
         })?);
     }
-    let direct_effective = Some(handles.iter().all(|h| h.direct_alignment().is_some()));
     let max_piece = plan
         .batches
         .iter()
@@ -106,10 +112,11 @@ pub fn run_threads(
     let (job_tx, job_rx) = unbounded::<Request>();
     let (done_tx, done_rx) = unbounded::<Result<(), BenchError>>();
     std::thread::scope(|s| {
+        let mut workers = Vec::with_capacity(handles.len());
         for mut h in handles {
             let job_rx = job_rx.clone();
             let done_tx = done_tx.clone();
-            s.spawn(move || {
+            workers.push(s.spawn(move || {
                 let mut staging = if cfg.bounce {
                     match AlignedBuf::new(staging_len, 4096) {
                         Some(b) => Some(b),
@@ -117,7 +124,7 @@ pub fn run_threads(
                             let _ = done_tx.send(Err(BenchError::Runtime(format!(
                                 "cannot allocate {staging_len} bytes of staging"
                             ))));
-                            return;
+                            return h.stats();
                         }
                     }
                 } else {
@@ -126,10 +133,11 @@ pub fn run_threads(
                 for p in job_rx.iter() {
                     let r = read_piece(path, h.as_mut(), p, dest, staging.as_mut(), cfg.drop_after);
                     if done_tx.send(r).is_err() {
-                        return;
+                        break;
                     }
                 }
-            });
+                h.stats()
+            }));
         }
         drop(job_rx);
         drop(done_tx);
@@ -163,12 +171,24 @@ pub fn run_threads(
             }
         }
         let elapsed = start.elapsed();
-        drop(job_tx); // workers drain and exit; the scope joins them
+        drop(job_tx); // workers drain and exit
+        let (mut direct, mut buffered) = (0u64, 0u64);
+        for w in workers {
+            match w.join() {
+                Ok(st) => {
+                    direct += st.direct_bytes;
+                    buffered += st.buffered_bytes;
+                }
+                Err(_) => {
+                    first_err.get_or_insert(BenchError::Runtime("a reader thread panicked".into()));
+                }
+            }
+        }
         match first_err {
             Some(e) => Err(e),
             None => Ok(RunOut {
                 elapsed,
-                direct_effective,
+                direct_fraction: direct_fraction(direct, buffered),
             }),
         }
     })
