@@ -63,6 +63,8 @@ fn io_small_sweep_json_rows() {
         csv.to_str().unwrap(),
         "--plot",
         svg.to_str().unwrap(),
+        "--fio-secs",
+        "0.3",
     ]);
     assert!(o.status.success(), "exit {:?}: {}", o.status, stderr(&o));
     let out = String::from_utf8(o.stdout).unwrap();
@@ -217,6 +219,7 @@ fn io_bad_flags_exit_2() {
         vec!["io", "--chunk", "1KiB"],
         vec!["io", "--chunk", "5000"],
         vec!["io", "--slots", "0"],
+        vec!["io", "--fio-secs", "0"],
         vec!["io", "--workers", "0"],
         vec!["io", "--size", "4GiB", "--file", "/etc/hostname"],
         vec!["io", "--direct", "maybe"],

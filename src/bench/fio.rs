@@ -8,6 +8,10 @@
 //! reads 3 slices, and fio has no per-token barrier: this is the more favourable ceiling.
 //! Cold: `--direct=1`. Hot: `--direct=0 --invalidate=0` on a warmed file (page-cache ceiling).
 //! Always `--readonly --allow_file_create=0`: fio must never write or lay out the file.
+//! Always `--time_based --runtime=T` (each job loops over its share until T): without it, short
+//! runs on few cores let jobs run one after another, and fio's group bandwidth (bytes / longest
+//! job) then adds up per-job rates that never overlapped (we saw "28 GB/s" from the page cache
+//! on 2 cores).
 //! The result is `jobs[0].read.bw_bytes` of `--output-format=json --group_reporting`.
 
 use super::plan::{Pattern, EXPERT_BYTES};
@@ -36,6 +40,8 @@ pub struct FioJob {
     pub file_len: u64,
     /// Cold (`--direct=1`) or hot (`--direct=0 --invalidate=0`).
     pub cold: bool,
+    /// Run time (`--time_based --runtime`), milliseconds.
+    pub runtime_ms: u64,
 }
 
 /// What fio reported.
@@ -59,6 +65,8 @@ pub fn args(job: &FioJob, path: &Path) -> Result<Vec<String>, BenchError> {
         "--readonly".into(),
         "--allow_file_create=0".into(),
         "--thread".into(),
+        "--time_based".into(),
+        format!("--runtime={}ms", job.runtime_ms.max(100)),
     ];
     if job.cold {
         a.push("--direct=1".into());
@@ -173,6 +181,7 @@ mod tests {
             total: 1 << 30,
             file_len: 1 << 30,
             cold: true,
+            runtime_ms: 2000,
         };
         let a = args(&j, Path::new("/f")).unwrap();
         assert!(a.contains(&"--size=268435456".to_string()));
@@ -190,11 +199,13 @@ mod tests {
             total: 100 * EXPERT_BYTES,
             file_len: 100 * EXPERT_BYTES + 5,
             cold: false,
+            runtime_ms: 50,
         };
         let a = args(&j, Path::new("/f")).unwrap();
         assert!(a.contains(&format!("--io_size={}", 33 * EXPERT_BYTES)));
         assert!(a.contains(&format!("--size={}", 100 * EXPERT_BYTES)));
         assert!(a.contains(&"--invalidate=0".to_string()));
+        assert!(a.contains(&"--runtime=100ms".to_string()));
     }
 
     #[test]

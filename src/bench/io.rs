@@ -59,6 +59,13 @@ fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
+fn fio_secs_arg(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.1..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: seconds between 0.1 and 3600")),
+    }
+}
+
 fn chunk_arg(s: &str) -> Result<u64, String> {
     let v = size_arg(s)?;
     if !(4096..=1 << 30).contains(&v) || v % 4096 != 0 {
@@ -121,6 +128,9 @@ pub struct IoArgs {
         default_value = "engine,engine-host,io-threads,mmap,c-load,c-stream,fio"
     )]
     pub cases: Vec<CaseArg>,
+    /// Seconds each fio run lasts (fio --time_based --runtime).
+    #[arg(long, default_value_t = 3.0, value_parser = fio_secs_arg)]
+    pub fio_secs: f64,
     /// Staging slots of the engine's ring (slot size = chunk).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub slots: u32,
@@ -456,6 +466,7 @@ impl Ctx<'_> {
             total: plan.bytes,
             file_len: self.file.len,
             cold: mode == Mode::Cold,
+            runtime_ms: (self.args.fio_secs * 1000.0) as u64,
         };
         let shown_chunk = if plan.pattern == Pattern::Expert {
             EXPERT_BYTES

@@ -27,6 +27,7 @@ fn swept(case: &str) -> bool {
 
 fn dash(case: &str) -> &'static str {
     match case {
+        "engine-host" => "12,3,2,3",
         "io-threads" => "7,4",
         "fio" => "2,3",
         _ => "",
@@ -117,7 +118,7 @@ pub fn svg(rows: &[Row], title: &str) -> String {
             x + 32.0,
             ly2 + 4.0
         );
-        x += 150.0;
+        x += 140.0;
     }
     let _ = writeln!(
         s,
@@ -257,15 +258,19 @@ fn panel(
             }
         }
     }
-    // Baselines.
-    for r in mine.iter().filter(|r| !swept(&r.case)) {
+    // Baselines, labels pushed apart so they never overlap.
+    let mut base: Vec<&&Row> = mine.iter().filter(|r| !swept(&r.case)).collect();
+    base.sort_by(|a, b| b.gbps.total_cmp(&a.gbps));
+    let mut last_label = f64::NEG_INFINITY;
+    for r in base {
         let y = py(r.gbps);
+        let ly = (y + 4.0).max(last_label + 12.0);
+        last_label = ly;
         let _ = writeln!(
             s,
-            r##"<line x1="{x0}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#888" stroke-width="1.2" stroke-dasharray="4,2"/><text x="{}" y="{:.1}" fill="#555">{} {:.2}</text>"##,
+            r##"<line x1="{x0}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="#888" stroke-width="1.2" stroke-dasharray="4,2"/><text x="{}" y="{ly:.1}" fill="#555">{} {:.2}</text>"##,
             x0 + w,
             x0 + w + 4.0,
-            y + 4.0,
             esc(&r.case),
             r.gbps
         );
