@@ -10,6 +10,7 @@
 //! Limits: numbers are only as good as the machine is quiet; ratios within one run are what to
 //! compare (../shared/TARGETS.md). Cold runs need Linux (fadvise / drop_caches) or O_DIRECT.
 
+pub mod args;
 pub mod baselines;
 pub mod cache;
 pub mod engine_case;
@@ -82,7 +83,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// File -> destination throughput: engine vs raw threads vs mmap vs the C engine vs fio.
-    Io(io::IoArgs),
+    Io(args::IoArgs),
 }
 
 /// A progress bar on stderr, hidden when `show` is false or stderr is not a terminal.
