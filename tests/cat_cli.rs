@@ -119,7 +119,8 @@ fn bad_files() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.gguf");
     let o = cat(&missing, &["x"]);
-    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    // As for `ds4 inspect`: a path that cannot be opened is bad input.
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(stderr_line(&o).contains(&missing.display().to_string()));
 
     let junk = dir.path().join("junk.gguf");

@@ -186,29 +186,42 @@ fn validation_errors_say_what_and_read_nothing() {
 
 #[test]
 fn busy_destination_and_reads_of_busy_ranges_are_refused_while_in_flight() {
-    // Slow copies keep the first request in flight long enough to collide with it.
-    let dev = discrete(Duration::from_millis(200));
-    let e = pattern_engine(MIB as u64, Arc::clone(&dev), cfg(2, 4 * KIB));
-    let buf = Arc::new(dev.alloc(8192).unwrap());
-    let t = e
-        .submit(vec![ReadRequest::new(0, 4096, Arc::clone(&buf), 0)])
-        .unwrap();
-    let err = e
-        .submit(vec![ReadRequest::new(0, 10, Arc::clone(&buf), 4090)])
-        .unwrap_err();
-    assert!(matches!(err, EngineError::DestinationBusy { .. }), "{err}");
-    let t = t.wait_timeout(Duration::from_millis(1)).unwrap_err(); // still copying
-    assert!(!t.is_done());
-    let mut v = [0u8; 1];
-    let err = dev.read_d2h(&buf, 4095, &mut v).unwrap_err();
-    assert!(matches!(err, DeviceError::Busy { .. }), "{err}");
-    // A disjoint range is fine meanwhile.
-    let t2 = e
-        .submit(vec![ReadRequest::new(4096, 4096, Arc::clone(&buf), 4096)])
-        .unwrap();
-    t.wait().unwrap();
-    t2.wait().unwrap();
-    assert_pattern(dev.as_ref(), &buf, 0, 0, 8192);
+    for (name, dev) in devices() {
+        // Reads block until the gate opens: the first request is in flight, deterministically.
+        let gate = Gate::default();
+        let src = FaultySource::new(
+            Arc::new(ds4_io::pattern::PatternSource::new(MIB as u64, SEED)),
+            vec![],
+            Duration::ZERO,
+        )
+        .with_gate(gate.clone());
+        let e = ds4_stream::engine::Engine::new(Arc::new(src), Arc::clone(&dev), cfg(2, 4 * KIB))
+            .unwrap();
+        let buf = Arc::new(dev.alloc(8192).unwrap());
+        let t = e
+            .submit(vec![ReadRequest::new(0, 4096, Arc::clone(&buf), 0)])
+            .unwrap();
+        let err = e
+            .submit(vec![ReadRequest::new(0, 10, Arc::clone(&buf), 4090)])
+            .unwrap_err();
+        assert!(
+            matches!(err, EngineError::DestinationBusy { .. }),
+            "{name}: {err}"
+        );
+        let t = t.wait_timeout(Duration::from_millis(5)).unwrap_err(); // still reading
+        assert!(!t.is_done());
+        let mut v = [0u8; 1];
+        let err = dev.read_d2h(&buf, 4095, &mut v).unwrap_err();
+        assert!(matches!(err, DeviceError::Busy { .. }), "{name}: {err}");
+        // A disjoint range is fine meanwhile.
+        let t2 = e
+            .submit(vec![ReadRequest::new(4096, 4096, Arc::clone(&buf), 4096)])
+            .unwrap();
+        gate.open();
+        t.wait().unwrap();
+        t2.wait().unwrap();
+        assert_pattern(dev.as_ref(), &buf, 0, 0, 8192);
+    }
 }
 
 #[test]

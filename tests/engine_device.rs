@@ -6,23 +6,22 @@ mod engine_util;
 use ds4_stream::device::{Device, DeviceBuffer, DeviceError, HostConfig, HostDevice};
 use engine_util::*;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[test]
 fn pinned_buffer_waits_for_its_copy_before_host_writes() {
-    let dev = HostDevice::discrete(Duration::from_millis(50));
+    // Long enough that the copy is still queued when the next lines run, even on a busy box.
+    let dev = HostDevice::discrete(Duration::from_millis(300));
     let mut pin = dev.alloc_pinned(4096).unwrap();
     assert_eq!(pin.as_mut_slice().unwrap().as_ptr() as usize % 4096, 0);
     pin.as_mut_slice().unwrap().fill(0xAA);
     let dst = Arc::new(dev.alloc(4096).unwrap());
     assert!(!dst.host_visible());
-    let t0 = Instant::now();
     dev.copy_h2d_async(&mut pin, 0, &dst, 0, 4096).unwrap();
     assert!(
-        t0.elapsed() < Duration::from_millis(50),
-        "copy must be asynchronous"
+        !pin.is_idle().unwrap(),
+        "copy is asynchronous and still delayed"
     );
-    assert!(!pin.is_idle().unwrap(), "copy still delayed");
     // Mutable access waits for the copy, so the copy saw 0xAA, not 0x55.
     pin.as_mut_slice().unwrap().fill(0x55);
     assert!(pin.is_idle().unwrap());

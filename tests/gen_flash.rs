@@ -77,7 +77,7 @@ fn flash_sparse_file() {
         }
         assert_eq!(l.expert_bytes(), 7_077_888);
     }
-    assert!(past_4g > 32_000, "{past_4g}");
+    assert!(past_4g > 30_000, "{past_4g} of 33,024 slices past 4 GiB");
 
     // gguf-py sees the same table (absolute offsets past 4 GiB included).
     let out = run_py(

@@ -1,19 +1,26 @@
 //! `ds4 cat FILE TENSOR [--expert E] [--range START:LEN]`: writes a tensor's bytes (or one
 //! expert's slice, or a range of either) to stdout.
 //!
-//! For now the bytes come through a plain `ds4_io` positional handle in bounded chunks
-//! ([`copy_range`]); the streaming engine will replace that one function. A closed stdout
-//! (`ds4 cat … | head -c 10`) is success.
+//! The bytes come through the streaming engine (host backend: each chunk is read straight into
+//! fresh page-aligned memory by the reader pool, O_DIRECT where aligned), [`WINDOW`] chunks of
+//! [`CHUNK`] bytes in flight while earlier ones are written out in order: bounded memory whatever
+//! the tensor size ([`copy_range`]). A closed stdout (`ds4 cat … | head -c 10`) is success.
 
-use super::{chain, is_broken_pipe, CliError, CliResult};
-use crate::gguf::{self, GgufFile, TensorInfo};
+use super::{is_broken_pipe, CliError, CliResult};
+use crate::device::BackendKind;
+use crate::engine::{BytesTicket, Engine, EngineConfig, EngineError};
+use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::Ds4Model;
-use ds4_io::{FileSource, ReadAt, Source};
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-/// Bytes per read: bounded memory whatever the tensor size.
+/// Bytes per engine request.
 pub const CHUNK: usize = 4 << 20;
+/// Requests in flight ahead of the writer (memory bound: WINDOW x CHUNK).
+pub const WINDOW: usize = 8;
+/// Reader workers for `cat` (one stream of sequential chunks needs few).
+const CAT_WORKERS: usize = 4;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -33,38 +40,52 @@ pub struct Args {
 /// Why a copy stopped.
 #[derive(Debug)]
 pub enum CopyError {
-    Read {
-        offset: u64,
-        len: u64,
-        source: io::Error,
-    },
+    Read(EngineError),
     Write(io::Error),
 }
 
-/// Copies `len` bytes at absolute `offset` from `handle` to `out` in chunks of at most
-/// [`CHUNK`] bytes.
+/// Copies `len` bytes at absolute `offset` of the engine's file to `out`, in order, with up to
+/// [`WINDOW`] requests of at most [`CHUNK`] bytes in flight.
 pub fn copy_range(
-    handle: &mut dyn ReadAt,
+    engine: &Engine,
     offset: u64,
     len: u64,
     out: &mut dyn Write,
 ) -> Result<(), CopyError> {
-    let mut buf = vec![0u8; (len.min(CHUNK as u64)) as usize];
-    let mut done = 0u64;
-    while done < len {
-        let n = (len - done).min(buf.len() as u64) as usize;
-        let at = offset + done;
-        handle
-            .read_exact_at(&mut buf[..n], at)
-            .map_err(|source| CopyError::Read {
-                offset: at,
-                len: n as u64,
-                source,
-            })?;
-        out.write_all(&buf[..n]).map_err(CopyError::Write)?;
-        done += n as u64;
+    let mut queued: VecDeque<BytesTicket> = VecDeque::with_capacity(WINDOW);
+    let mut next = 0u64;
+    loop {
+        while next < len && queued.len() < WINDOW {
+            let n = (len - next).min(CHUNK as u64) as usize;
+            queued.push_back(
+                engine
+                    .submit_bytes(offset + next, n)
+                    .map_err(CopyError::Read)?,
+            );
+            next += n as u64;
+        }
+        let Some(t) = queued.pop_front() else { break };
+        let bytes = t.wait().map_err(CopyError::Read)?;
+        out.write_all(&bytes).map_err(CopyError::Write)?;
     }
     out.flush().map_err(CopyError::Write)
+}
+
+/// The engine `cat` reads through: host backend (reads land straight in host memory).
+fn cat_engine(a: &Args) -> Result<Engine, CliError> {
+    let device = BackendKind::Host
+        .open_default()
+        .map_err(|e| CliError::runtime(super::chain(&e)))?;
+    let cfg = EngineConfig {
+        workers: CAT_WORKERS,
+        slots: 2,
+        slot_bytes: CHUNK,
+        ..EngineConfig::default()
+    };
+    Engine::open(&a.file, device, cfg).map_err(|e| match e {
+        EngineError::Open { .. } => CliError::bad_input(super::chain(&e)),
+        _ => CliError::runtime(super::chain(&e)),
+    })
 }
 
 fn parse_num(s: &str) -> Option<u64> {
@@ -139,8 +160,8 @@ fn find_tensor<'a>(f: &'a GgufFile, a: &Args) -> Result<&'a TensorInfo, CliError
 }
 
 pub fn run(a: Args) -> CliResult {
-    let f = gguf::parse_file(&a.file, &gguf::Caps::default())
-        .map_err(|e| CliError::bad_input(format!("{}: {}", a.file.display(), chain(&e))))?;
+    // Same exit-code policy as `ds4 inspect`: malformed or unopenable file 2, failed read 1.
+    let f = super::inspect::load(&a.file)?;
     let t = find_tensor(&f, &a)?;
     let (base, size, what) = match a.expert {
         None => (t.offset, t.nbytes, format!("tensor {}", t.name)),
@@ -169,23 +190,14 @@ pub fn run(a: Args) -> CliResult {
     // Cannot overflow: base + size is inside a parsed tensor and start + len <= size.
     let offset = base + start;
 
-    let io_err = |e: io::Error| CliError::runtime(format!("cannot read {}: {e}", a.file.display()));
-    let source = FileSource::open(&a.file, Default::default()).map_err(io_err)?;
-    let mut handle = source.open_handle().map_err(io_err)?;
+    let engine = cat_engine(&a)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();
-    match copy_range(handle.as_mut(), offset, len, &mut out) {
+    match copy_range(&engine, offset, len, &mut out) {
         Ok(()) => Ok(()),
         Err(CopyError::Write(e)) if is_broken_pipe(&e) => Ok(()),
         Err(CopyError::Write(e)) => Err(CliError::runtime(format!("writing stdout: {e}"))),
-        Err(CopyError::Read {
-            offset,
-            len,
-            source: e,
-        }) => Err(CliError::runtime(format!(
-            "reading {} at byte {offset} (length {len}, {what}): {e}",
-            source.path().display()
-        ))),
+        Err(CopyError::Read(e)) => Err(CliError::runtime(format!("{what}: {}", super::chain(&e)))),
     }
 }
 
@@ -193,19 +205,30 @@ pub fn run(a: Args) -> CliResult {
 mod tests {
     use super::*;
     use ds4_io::pattern::{self, PatternSource};
+    use std::sync::Arc;
+
+    fn engine(len: u64, seed: u64) -> Engine {
+        let device = BackendKind::Host.open_default().unwrap();
+        let cfg = EngineConfig {
+            workers: 2,
+            slots: 2,
+            slot_bytes: CHUNK,
+            ..EngineConfig::default()
+        };
+        Engine::new(Arc::new(PatternSource::new(len, seed)), device, cfg).unwrap()
+    }
 
     #[test]
     fn copies_across_chunk_boundaries() {
-        let src = PatternSource::new(20 << 20, 99);
-        let mut h = src.open_handle().unwrap();
+        let e = engine(80 << 20, 99);
         for &(off, len) in &[
             (0u64, 0u64),
             (3, 17),
             (5, CHUNK as u64 + 11),
-            (7 << 20, 9 << 20),
+            (7 << 20, (WINDOW as u64 + 3) * CHUNK as u64 + 5),
         ] {
             let mut out = Vec::new();
-            copy_range(h.as_mut(), off, len, &mut out).unwrap();
+            copy_range(&e, off, len, &mut out).unwrap();
             assert_eq!(out.len() as u64, len);
             pattern::verify(99, off, &out).unwrap();
         }
@@ -213,10 +236,9 @@ mod tests {
 
     #[test]
     fn read_and_write_errors_are_told_apart() {
-        let src = PatternSource::new(1 << 20, 1);
-        let mut h = src.open_handle().unwrap();
-        match copy_range(h.as_mut(), (1 << 20) - 10, 20, &mut Vec::new()) {
-            Err(CopyError::Read { offset, len, .. }) => {
+        let e = engine(1 << 20, 1);
+        match copy_range(&e, (1 << 20) - 10, 20, &mut Vec::new()) {
+            Err(CopyError::Read(EngineError::OutOfFile { offset, len, .. })) => {
                 assert_eq!((offset, len), ((1 << 20) - 10, 20))
             }
             other => panic!("{other:?}"),
@@ -230,8 +252,8 @@ mod tests {
                 Ok(())
             }
         }
-        match copy_range(h.as_mut(), 0, 100, &mut Closed) {
-            Err(CopyError::Write(e)) => assert!(is_broken_pipe(&e)),
+        match copy_range(&e, 0, 100, &mut Closed) {
+            Err(CopyError::Write(err)) => assert!(is_broken_pipe(&err)),
             other => panic!("{other:?}"),
         }
     }

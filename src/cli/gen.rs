@@ -23,7 +23,7 @@ pub enum Quant {
 pub struct Args {
     /// Output file.
     pub out: PathBuf,
-    /// Model size: tiny (a few MiB), demo (~560 MiB of experts), flash (the exact DeepSeek V4
+    /// Model size: tiny (a few MiB), demo (540 MiB of experts), flash (the exact DeepSeek V4
     /// Flash shapes, ~81 GiB logical).
     #[arg(long, value_enum)]
     pub scale: Scale,

@@ -37,16 +37,35 @@ pub struct Args {
 
 pub fn run(args: Args) -> CliResult {
     let f = load(&args.file)?;
-    // Further views (the DS4 model view) add their section here: insert into the JSON map,
-    // append to the text.
+    // The DS4 view: the routed-expert map when the file has the DS4 layout, else why not
+    // (inspect works on any GGUF; only DS4 commands need the layout).
+    let ds4 = crate::model::Ds4Model::from_gguf(&f);
     let out = if args.json {
-        let obj = json_view(&f);
+        let mut obj = json_view(&f);
+        let view = match &ds4 {
+            Ok(m) => m.summary_json(),
+            Err(e) => json!({ "error": super::chain(e) }),
+        };
+        obj.insert("ds4".into(), view);
         let mut s = serde_json::to_string_pretty(&J::Object(obj))
             .map_err(|e| CliError::runtime(format!("cannot render JSON: {e}")))?;
         s.push('\n');
         s
     } else {
-        text_view(&args.file, &f)
+        let mut t = text_view(&args.file, &f);
+        match &ds4 {
+            Ok(m) => {
+                t.push('\n');
+                t.push_str(&m.summary_text());
+                if !t.ends_with('\n') {
+                    t.push('\n');
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(t, "\nnot a DS4 model: {}", super::chain(e));
+            }
+        }
+        t
     };
     let mut stdout = std::io::stdout().lock();
     match stdout

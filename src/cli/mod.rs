@@ -3,6 +3,7 @@
 //! stdout counts as success (`ds4 cat … | head`).
 
 mod cat;
+mod demo;
 mod gen;
 mod inspect;
 
@@ -25,6 +26,9 @@ pub enum Command {
     Cat(cat::Args),
     /// Write a deterministic DS4-layout GGUF (tiny, demo or full flash shape).
     GenModel(gen::Args),
+    /// Generate the demo model if needed and stream its experts through the engine (the main
+    /// job on the embedded default).
+    Demo(demo::Args),
 }
 
 /// A command's failure: what to print and which exit code to return.
@@ -87,6 +91,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(a) => inspect::run(a),
         Command::Cat(a) => cat::run(a),
         Command::GenModel(a) => gen::run(a),
+        Command::Demo(a) => demo::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,7 +13,7 @@ use super::stats::Stats;
 use crate::device::{DeviceBuffer, WriteLease};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -69,12 +69,12 @@ pub(crate) struct Completion {
 }
 
 impl Completion {
-    /// Stores the result and wakes the waiter. Returns false (and drops `r`) if already done.
-    fn complete(&self, r: Result<(), EngineError>) -> bool {
+    /// Stores the result and wakes the waiter; a second call is ignored.
+    fn complete(&self, r: Result<(), EngineError>) {
         let waker = {
             let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             if st.done {
-                return false;
+                return;
             }
             st.done = true;
             st.result = Some(r);
@@ -84,7 +84,6 @@ impl Completion {
         if let Some(w) = waker {
             w.wake();
         }
-        true
     }
 
     fn is_done(&self) -> bool {
@@ -170,6 +169,8 @@ impl std::fmt::Debug for Ticket {
 /// One submitted batch, shared by its chunks.
 pub(crate) struct RequestState {
     remaining: AtomicU64,
+    /// Set by the one `finalize` that completes the request.
+    finalized: AtomicBool,
     error: Mutex<Option<EngineError>>,
     leases: Mutex<Vec<WriteLease>>,
     started: Instant,
@@ -186,6 +187,7 @@ impl RequestState {
     ) -> Arc<Self> {
         let s = Arc::new(Self {
             remaining: AtomicU64::new(chunks),
+            finalized: AtomicBool::new(false),
             error: Mutex::new(None),
             leases: Mutex::new(leases),
             started: Instant::now(),
@@ -225,10 +227,12 @@ impl RequestState {
             Some(e) => Err(e),
             None => Ok(()),
         };
-        let ok = r.is_ok();
-        if self.completion.complete(r) {
-            self.stats.request(self.started.elapsed(), ok);
+        if self.finalized.swap(true, Ordering::AcqRel) {
+            return;
         }
+        // Stats first: a caller woken by the completion must see its request counted.
+        self.stats.request(self.started.elapsed(), r.is_ok());
+        self.completion.complete(r);
     }
 }
 
@@ -236,7 +240,7 @@ impl Drop for RequestState {
     fn drop(&mut self) {
         // Safety net: every token finishes itself on drop, so this only fires if a request was
         // dropped with chunks never planned (a dispatcher that stopped early).
-        if !self.completion.is_done() {
+        if !self.finalized.load(Ordering::Acquire) {
             self.error
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)

@@ -14,7 +14,7 @@ use crate::model::{ExpertKind, ARCH};
 pub enum Scale {
     /// A few MiB: 4 layers (3 hash), embedding 256, 16 experts, FF 256, vocab 512.
     Tiny,
-    /// ~560 MiB of experts: 10 layers (3 hash), embedding 1024, 128 experts, FF 512.
+    /// 540 MiB of experts: 10 layers (3 hash), embedding 1024, 128 experts, FF 512.
     Demo,
     /// The exact DeepSeek V4 Flash shapes (~81 GiB; experts as holes by default).
     Flash,

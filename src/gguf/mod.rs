@@ -1,8 +1,12 @@
 //! GGUF: the file format DS4 ships in. A hostile-safe reader (every count, length and offset is
 //! checked against named caps and the file size before use) and the ggml type table.
 //!
-//! The reader parses the header (metadata + tensor infos) with bounded buffered reads; it never
-//! reads or maps the data section. Offsets in [`TensorInfo`] are absolute file offsets.
+//! The reader parses the header (metadata + tensor infos) with sequential reads through one
+//! 64 KiB buffer (so at most one buffer of read-ahead past the header); it never maps the file or
+//! reads the data section. Offsets in [`TensorInfo`] are absolute file offsets.
+//!
+//! Files: `reader` (header layout and checks), `value` (metadata values), `source` (the slice /
+//! file cursor), `caps`, `error`, `types` (ggml type table), `writer`.
 
 mod caps;
 mod error;

@@ -25,7 +25,7 @@ pub enum ModelError {
     MissingTensor { name: String },
     #[error("tensor {name} appears more than once")]
     DuplicateTensor { name: String },
-    #[error("tensor {name} belongs to layer {layer}, but block_count is {n_layer}")]
+    #[error("routed tensor {name} belongs to layer {layer}, but block_count is {n_layer}")]
     StrayTensor {
         name: String,
         layer: u64,

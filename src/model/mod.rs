@@ -563,8 +563,15 @@ impl Ds4Model {
                     name: t.name.clone(),
                 });
             }
-            if let Some((l, _)) = split_layer(&t.name) {
-                if l >= n_layer {
+            // A routed tensor past block_count means the metadata lies about the layers. Other
+            // `blk.N.*` tensors past it (e.g. a multi-token-prediction block a converter kept)
+            // are not streamed and are kept as resident bytes.
+            if let Some((l, rest)) = split_layer(&t.name) {
+                let routed = matches!(
+                    rest,
+                    "ffn_gate_exps.weight" | "ffn_up_exps.weight" | "ffn_down_exps.weight"
+                );
+                if routed && l >= n_layer {
                     return Err(ModelError::StrayTensor {
                         name: t.name.clone(),
                         layer: l,

@@ -222,7 +222,7 @@ fn rejects_missing_duplicate_and_stray_tensors() {
     assert!(matches!(err(&f), ModelError::DuplicateTensor { .. }));
 
     let mut f = base.clone();
-    tensor_mut(&mut f, "output_norm.weight").name = "blk.4.attn_norm.weight".into();
+    tensor_mut(&mut f, "output_norm.weight").name = "blk.4.ffn_gate_exps.weight".into();
     let e = err(&f);
     assert!(
         matches!(
@@ -234,6 +234,19 @@ fn rejects_missing_duplicate_and_stray_tensors() {
             }
         ),
         "{e}"
+    );
+
+    // A non-routed tensor of a layer past block_count is kept as resident.
+    let mut f = base.clone();
+    tensor_mut(&mut f, "output_norm.weight").name = "blk.4.attn_norm.weight".into();
+    let m = Ds4Model::from_gguf(&f).unwrap();
+    assert!(m
+        .resident
+        .iter()
+        .any(|t| t.name == "blk.4.attn_norm.weight"));
+    assert_eq!(
+        m.resident_bytes,
+        Ds4Model::from_gguf(&base).unwrap().resident_bytes
     );
 }
 

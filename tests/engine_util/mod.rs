@@ -100,6 +100,24 @@ pub struct FaultySource {
     fail_at: Arc<Vec<u64>>,
     delay: Duration,
     align: Option<usize>,
+    gate: Option<Gate>,
+}
+
+/// Blocks reads until opened (deterministic "request in flight" without timing).
+#[derive(Clone, Default)]
+pub struct Gate(Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    pub fn open(&self) {
+        *self.0 .0.lock().unwrap() = true;
+        self.0 .1.notify_all();
+    }
+    fn pass(&self) {
+        let mut open = self.0 .0.lock().unwrap();
+        while !*open {
+            open = self.0 .1.wait(open).unwrap();
+        }
+    }
 }
 
 impl FaultySource {
@@ -111,7 +129,13 @@ impl FaultySource {
             fail_at: Arc::new(fail_at),
             delay,
             align: None,
+            gate: None,
         }
+    }
+    /// Every read waits until `gate` is opened.
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = Some(gate);
+        self
     }
     /// Handles claim an unbuffered path needing `align` (like O_DIRECT) and count the reads
     /// whose offset, length or buffer address is not aligned.
@@ -134,10 +158,14 @@ struct FaultyHandle {
     fail_at: Arc<Vec<u64>>,
     delay: Duration,
     align: Option<usize>,
+    gate: Option<Gate>,
 }
 
 impl ReadAt for FaultyHandle {
     fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if let Some(g) = &self.gate {
+            g.pass();
+        }
         let k = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(a) = self.align {
             let a = a as u64;
@@ -178,6 +206,7 @@ impl Source for FaultySource {
             fail_at: Arc::clone(&self.fail_at),
             delay: self.delay,
             align: self.align,
+            gate: self.gate.clone(),
         }))
     }
 }
