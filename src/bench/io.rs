@@ -168,7 +168,9 @@ impl Ctx<'_> {
                 )?,
                 Case::Mmap => baselines::run_mmap(&path, plan, dest)?,
                 Case::CLoad { direct } => baselines::run_c_load(&path, plan, dest, *direct)?,
-                Case::Engine { .. } => unreachable!("engine cases return above"),
+                Case::Engine { .. } => {
+                    return Err(BenchError::Runtime("engine case without an engine".into()))
+                }
             };
             cpu = add_cpu(cpu, cpu0, cache::cpu_seconds(false));
             m.times.push(out.elapsed.as_secs_f64());
@@ -204,16 +206,28 @@ impl Ctx<'_> {
         } else {
             &mut self.engine_staged
         };
-        if slot.is_none() {
-            *slot = Some(EngineBench::new(host, self.dest.len())?);
-        }
-        let Some(eb) = (if host {
-            self.engine_host.as_ref()
-        } else {
-            self.engine_staged.as_ref()
-        }) else {
-            return Err(BenchError::Runtime("engine destination missing".into()));
+        let eb = match slot.take() {
+            Some(eb) => eb,
+            None => EngineBench::new(host, self.dest.len())?,
         };
+        let r = self.run_engine_on(&eb, plan, mode, workers, chunk, direct);
+        if host {
+            self.engine_host = Some(eb);
+        } else {
+            self.engine_staged = Some(eb);
+        }
+        r
+    }
+
+    fn run_engine_on(
+        &mut self,
+        eb: &EngineBench,
+        plan: &Plan,
+        mode: Mode,
+        workers: usize,
+        chunk: u64,
+        direct: bool,
+    ) -> Result<(), BenchError> {
         let cfg = EngineRun {
             workers,
             chunk,
