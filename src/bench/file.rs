@@ -407,3 +407,86 @@ impl DestPtr {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::plan::EXPERT_BYTES;
+
+    /// Writes what `plan` says into a HostDest, reading from `file_bytes`.
+    fn deliver(plan: &Plan, file_bytes: &[u8], dest: &mut HostDest) {
+        dest.poison(plan.dest_len);
+        let p = dest.ptr();
+        for r in plan.batches.iter().flatten() {
+            // SAFETY: single thread, range checked by slice_mut.
+            let d = unsafe { p.slice_mut(r.dest_off, r.len) }.unwrap();
+            d.copy_from_slice(&file_bytes[r.file_off as usize..(r.file_off + r.len) as usize]);
+        }
+    }
+
+    #[test]
+    fn pattern_file_detected_and_verified() {
+        let dir = tempfile::tempdir().unwrap();
+        let tf = TestFile::create(dir.path(), 13 * EXPERT_BYTES, false).unwrap();
+        let path = tf.path.clone();
+        let bytes = std::fs::read(&path).unwrap();
+        let again = TestFile::existing(&path).unwrap();
+        assert_eq!(again.seed, tf.seed);
+        let plan = Plan::expert(tf.len, tf.len, 8 * EXPERT_BYTES, 3).unwrap();
+        let mut dest = HostDest::new(plan.dest_len).unwrap();
+        deliver(&plan, &bytes, &mut dest);
+        let v = tf.verifier().unwrap();
+        let n = v.check(&plan, "t", 1, &mut |o, b| dest.read(o, b)).unwrap();
+        assert!(n > 8192);
+        // A slice read from the wrong expert is caught.
+        let mut wrong = plan.clone();
+        let r = &mut wrong.batches[1][4];
+        r.file_off =
+            (r.file_off / EXPERT_BYTES + 1) % 13 * EXPERT_BYTES + r.file_off % EXPERT_BYTES;
+        deliver(&wrong, &bytes, &mut dest);
+        let e = v.check(&plan, "t", 1, &mut |o, b| dest.read(o, b));
+        assert!(matches!(e, Err(BenchError::Verify(_))), "{e:?}");
+        // A run that wrote nothing is caught (the poison stays).
+        dest.poison(plan.dest_len);
+        assert!(v.check(&plan, "t", 1, &mut |o, b| dest.read(o, b)).is_err());
+        drop(tf);
+        assert!(!path.exists(), "created file removed on drop");
+    }
+
+    #[test]
+    fn plain_file_verified_by_reference() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plain");
+        let bytes: Vec<u8> = (0..(20u32 << 20)).map(|i| (i % 253) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let tf = TestFile::existing(&path).unwrap();
+        assert_eq!(tf.seed, None);
+        let plan = Plan::seq(tf.len, tf.len, 8 << 20).unwrap();
+        let mut dest = HostDest::new(plan.dest_len).unwrap();
+        deliver(&plan, &bytes, &mut dest);
+        let v = tf.verifier().unwrap();
+        assert!(v.check(&plan, "t", 9, &mut |o, b| dest.read(o, b)).is_ok());
+        // One byte off in the last lap.
+        let mut b = [0u8; 1];
+        dest.read(5 << 20, &mut b).unwrap();
+        let p = dest.ptr();
+        // SAFETY: single thread.
+        unsafe { p.slice_mut(5 << 20, 1) }.unwrap()[0] = b[0] ^ 0x80;
+        // Only a sample is checked; make sure this byte is in it by checking a 4 KiB head. After
+        // laps [0,8) [8,16) [16,20) MiB, destination 5 MiB holds file byte 13 MiB.
+        let mut plan1 = plan.clone();
+        plan1.batches = vec![vec![crate::bench::plan::Request {
+            file_off: 13 << 20,
+            len: 4096,
+            dest_off: 5 << 20,
+        }]];
+        plan1.bytes = 4096;
+        let e = v.check(&plan1, "t", 9, &mut |o, b| dest.read(o, b));
+        assert!(
+            matches!(e, Err(BenchError::Verify(ref m)) if m.contains("destination byte 5242880")),
+            "{e:?}"
+        );
+        drop(tf);
+        assert!(path.exists(), "--file is never removed");
+    }
+}
