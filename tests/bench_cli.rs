@@ -227,12 +227,28 @@ fn io_existing_unpatterned_file_verified_by_reference() {
 fn io_bad_flags_exit_2() {
     let dir = tempdir();
     let d = dir.path().to_str().unwrap();
+    let sparse_path = dir.path().join("sparse.bin");
+    std::fs::File::create(&sparse_path)
+        .unwrap()
+        .set_len(4 << 40)
+        .unwrap();
+    let sparse = sparse_path.to_str().unwrap().to_string();
     for args in [
         vec!["io", "--chunk", "3parsecs"],
         vec!["io", "--chunk", "1KiB"],
         vec!["io", "--chunk", "5000"],
         vec!["io", "--slots", "0"],
         vec!["io", "--fio-secs", "0"],
+        // 3 destinations of 4 TiB fit no machine's memory (a sparse file: costs no disk).
+        vec![
+            "io",
+            "--file",
+            sparse.as_str(),
+            "--dest",
+            "4TiB",
+            "--pattern",
+            "seq",
+        ],
         vec!["io", "--workers", "0"],
         vec!["io", "--size", "4GiB", "--file", "/etc/hostname"],
         vec!["io", "--direct", "maybe"],
@@ -249,7 +265,7 @@ fn io_bad_flags_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(o.stdout.is_empty(), "{args:?}");
     }
-    assert_eq!(leftover_files(dir.path()), 0);
+    assert_eq!(leftover_files(dir.path()), 1, "only the sparse file");
     let o = bench(&["io", "--help"]);
     assert_eq!(o.status.code(), Some(0));
     let help = String::from_utf8_lossy(&o.stdout);

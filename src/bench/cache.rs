@@ -158,3 +158,11 @@ pub fn cpu_seconds(children: bool) -> Option<f64> {
         None
     }
 }
+
+/// `MemAvailable` from /proc/meminfo, in bytes (None where unknown).
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}

@@ -113,7 +113,14 @@ impl Ctx<'_> {
                 if before.is_none_or(|r| r < 0.99) {
                     cache::warm(path)?;
                 }
-                Ok(("warmed".into(), cache::resident_fraction(path)))
+                let after = cache::resident_fraction(path);
+                if let Some(r) = after.filter(|&r| r < 0.9) {
+                    self.log(&format!(
+                        "  warning: only {:.0}% of the file stays in the page cache: hot runs are partly cold",
+                        r * 100.0
+                    ));
+                }
+                Ok(("warmed".into(), after))
             }
         }
     }
@@ -400,32 +407,26 @@ impl Measured {
 
 /// Runs `ds4-bench io`.
 pub fn run(args: IoArgs) -> Result<(), BenchError> {
-    let file = match &args.file {
-        Some(p) => TestFile::existing(p)?,
-        None => {
-            let size = args.size.unwrap_or(4 << 30);
-            if !args.dir.is_dir() {
-                return Err(BenchError::usage(format!(
-                    "--dir {} is not a directory",
-                    args.dir.display()
-                )));
-            }
-            if !args.quiet {
-                eprintln!(
-                    "writing {} test file in {}",
-                    human(size),
-                    args.dir.display()
-                );
-            }
-            TestFile::create(&args.dir, size, !args.quiet)?
-        }
+    // Everything that can be checked is checked before a multi-GiB file is written.
+    let existing = match &args.file {
+        Some(p) => Some(TestFile::existing(p)?),
+        None => None,
     };
-    let total = args.total.unwrap_or(file.len);
-    if total > file.len {
+    let file_len = existing
+        .as_ref()
+        .map_or(args.size.unwrap_or(4 << 30), |f| f.len);
+    if existing.is_none() && !args.dir.is_dir() {
+        return Err(BenchError::usage(format!(
+            "--dir {} is not a directory",
+            args.dir.display()
+        )));
+    }
+    let total = args.total.unwrap_or(file_len);
+    if total > file_len {
         return Err(BenchError::usage(format!(
             "--total {} is larger than the file ({})",
             human(total),
-            human(file.len)
+            human(file_len)
         )));
     }
     let patterns: Vec<Pattern> = match args.pattern {
@@ -441,11 +442,40 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
     let mut plans = Vec::new();
     for &p in &patterns {
         plans.push(match p {
-            Pattern::Seq => Plan::seq(file.len, total, args.dest)?,
-            Pattern::Expert => Plan::expert(file.len, total, args.dest, args.seed)?,
+            Pattern::Seq => Plan::seq(file_len, total, args.dest)?,
+            Pattern::Expert => Plan::expert(file_len, total, args.dest, args.seed)?,
         });
     }
     let dest_len = plans.iter().map(|p| p.dest_len).max().unwrap_or(0);
+    // The baselines' destination plus one per engine destination kind, all touched up front.
+    let copies = 1 + [CaseArg::Engine, CaseArg::EngineHost]
+        .iter()
+        .filter(|c| args.cases.contains(c))
+        .count() as u64;
+    if let Some(avail) = cache::available_memory() {
+        let need = dest_len.saturating_mul(copies);
+        if need > avail / 10 * 8 {
+            return Err(BenchError::usage(format!(
+                "{copies} destinations of {} ({}) exceed 80% of available memory ({}): lower --dest",
+                human(dest_len),
+                human(need),
+                human(avail)
+            )));
+        }
+    }
+    let file = match existing {
+        Some(f) => f,
+        None => {
+            if !args.quiet {
+                eprintln!(
+                    "writing {} test file in {}",
+                    human(file_len),
+                    args.dir.display()
+                );
+            }
+            TestFile::create(&args.dir, file_len, !args.quiet)?
+        }
+    };
     let fio_version = if args.cases.contains(&CaseArg::Fio) {
         fio::version()
     } else {
