@@ -114,6 +114,10 @@ fn small_sweep(pattern: &str) {
             continue;
         }
         assert!(r["verified_bytes"].as_u64().unwrap() >= 8192, "{r}");
+        // CPU is measured over the timed part only: it cannot exceed the cores we have.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let cpu = r["cpu_util"].as_f64().unwrap();
+        assert!((0.0..=cores + 0.5).contains(&cpu), "{r}");
         assert!(r["vs_mmap"].as_f64().is_some(), "{r}");
         assert!(r["vs_c"].as_f64().is_some(), "{r}");
         assert!(r["bytes"].as_u64().unwrap() > 0);

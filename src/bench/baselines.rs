@@ -11,13 +11,12 @@
 
 use super::file::DestPtr;
 use super::plan::{Plan, Request};
-use super::threads::{direct_fraction, io_err, RunOut};
+use super::threads::{direct_fraction, io_err, Clock, RunOut};
 use super::BenchError;
 use crossbeam_channel::bounded;
 use ds4_io::{AlignedBuf, FileSource, OpenConfig, Source};
 use std::fs::File;
 use std::path::Path;
-use std::time::Instant;
 
 /// Staging buffers of the C engine's load path.
 pub const C_LOAD_SLOTS: usize = 4;
@@ -50,7 +49,7 @@ pub fn run_mmap(path: &Path, plan: &Plan, dest: DestPtr) -> Result<RunOut, Bench
             map.len()
         )));
     }
-    let start = Instant::now();
+    let clock = Clock::start();
     for batch in &plan.batches {
         for r in batch {
             // SAFETY: one thread; requests were checked to lie inside the destination.
@@ -59,8 +58,10 @@ pub fn run_mmap(path: &Path, plan: &Plan, dest: DestPtr) -> Result<RunOut, Bench
             d.copy_from_slice(&map[s..s + r.len as usize]);
         }
     }
+    let (elapsed, cpu_secs) = clock.stop();
     Ok(RunOut {
-        elapsed: start.elapsed(),
+        elapsed,
+        cpu_secs,
         direct_fraction: None,
     })
 }
@@ -114,7 +115,7 @@ pub fn run_c_load(
                 }
             }
         });
-        let start = Instant::now();
+        let clock = Clock::start();
         let mut result = Ok(());
         'run: for batch in &plan.batches {
             for r in batch {
@@ -148,12 +149,13 @@ pub fn run_c_load(
                 let _ = free_tx.send(b);
             }
         }
-        let elapsed = start.elapsed();
+        let (elapsed, cpu_secs) = clock.stop();
         drop(fill_tx);
         let st = h.stats();
         result.map(|()| RunOut {
             elapsed,
             direct_fraction: direct_fraction(st.direct_bytes, st.buffered_bytes),
+            cpu_secs,
         })
     })
 }

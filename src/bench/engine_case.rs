@@ -16,13 +16,13 @@
 //! staged path competes with the readers for CPU; on a GPU it is a DMA engine.
 
 use super::plan::Plan;
-use super::threads::RunOut;
+use super::threads::{Clock, RunOut};
 use super::BenchError;
 use crate::device::{Device, DeviceBuffer, HostConfig, HostDevice, PINNED_ALIGN};
 use crate::engine::{Engine, EngineConfig, EngineError, ReadRequest, StatsSnapshot};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Bytes of the pinned buffer used to poison the destination between runs.
 const POISON_BYTES: usize = 16 << 20;
@@ -147,7 +147,7 @@ impl EngineBench {
             }
             batches.push(reqs);
         }
-        let start = Instant::now();
+        let clock = Clock::start();
         for reqs in batches {
             engine
                 .submit(reqs)
@@ -155,7 +155,7 @@ impl EngineBench {
                 .wait()
                 .map_err(engine_err)?;
         }
-        let elapsed = start.elapsed();
+        let (elapsed, cpu_secs) = clock.stop();
         let stats = engine.stats();
         drop(engine);
         let read = stats.direct_chunks + stats.buffered_chunks;
@@ -164,6 +164,7 @@ impl EngineBench {
             RunOut {
                 elapsed,
                 direct_fraction,
+                cpu_secs,
             },
             stats,
         ))

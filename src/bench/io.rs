@@ -3,10 +3,11 @@
 //! For each pattern (seq, expert) and cache mode (cold, hot) it runs, on the same plan:
 //! fio (the ceiling), `mmap` (the old path), `c-load` and `c-stream` (the C engine's paths),
 //! `io-threads` (raw `ds4_io` threads) and the engine, sweeping workers x chunk x direct for
-//! the last two. Each configuration runs `--reps` times (median reported); the cache is prepared
-//! before every repetition and its residency recorded; the destination is poisoned before and
-//! verified after the last repetition. Hot runs skip `direct=on` (O_DIRECT bypasses the cache,
-//! so it would be a cold run under another name).
+//! the last two. Each configuration runs `--reps` times (median reported), repetitions
+//! interleaved across configurations (see [`Ctx::run_block`]); the cache is prepared before
+//! every repetition and its residency recorded; the destination is poisoned before and verified
+//! after every repetition. Hot runs skip `direct=on` (O_DIRECT bypasses the cache, so it would
+//! be a cold run under another name).
 
 use super::args::{CaseArg, IoArgs, OnOff, PatternArg};
 use super::cache;
@@ -24,6 +25,10 @@ use std::path::{Path, PathBuf};
 /// One configuration to measure.
 #[derive(Clone, Debug)]
 enum Case {
+    Fio {
+        workers: usize,
+        chunk: u64,
+    },
     Engine {
         host: bool,
         workers: usize,
@@ -45,6 +50,7 @@ enum Case {
 impl Case {
     fn name(&self) -> &'static str {
         match self {
+            Case::Fio { .. } => "fio",
             Case::Engine { host: false, .. } => "engine",
             Case::Engine { host: true, .. } => "engine-host",
             Case::Threads { .. } => "io-threads",
@@ -53,9 +59,19 @@ impl Case {
             Case::CLoad { .. } => "c-load",
         }
     }
-    /// (workers, chunk, direct) as reported.
-    fn params(&self) -> (usize, u64, bool) {
+
+    /// (workers, chunk, direct) as reported; chunk `u64::MAX` = one read per slice.
+    fn params(&self, pattern: Pattern, mode: Mode) -> (usize, u64, bool) {
         match *self {
+            Case::Fio { workers, chunk } => (
+                workers,
+                if pattern == Pattern::Expert {
+                    EXPERT_BYTES
+                } else {
+                    chunk
+                },
+                mode == Mode::Cold,
+            ),
             Case::Engine {
                 workers,
                 chunk,
@@ -72,6 +88,14 @@ impl Case {
             Case::CLoad { direct } => (1, baselines::C_LOAD_SLOT_BYTES, direct),
         }
     }
+}
+
+/// A configuration of one (pattern, mode) block and what its repetitions measured so far.
+struct Slot {
+    case: Case,
+    m: Measured,
+    /// fio only: why it stopped (its rows are dropped, the benchmark goes on).
+    skipped: bool,
 }
 
 struct Ctx<'a> {
@@ -125,145 +149,211 @@ impl Ctx<'_> {
         }
     }
 
-    fn run_case(&mut self, plan: &Plan, mode: Mode, case: &Case) -> Result<(), BenchError> {
-        if let Case::Engine {
-            host,
-            workers,
-            chunk,
-            direct,
-        } = *case
-        {
-            return self.run_engine(plan, mode, host, workers, chunk, direct);
-        }
-        let path = self.file.path.clone();
-        let (workers, chunk, direct) = case.params();
-        let mut m = Measured::new(case.name(), workers, chunk, direct);
-        let mut cpu = Some(0.0);
-        for _ in 0..self.args.reps {
-            let (method, res) = self.prepare(mode)?;
-            self.dest.poison(plan.dest_len);
-            let dest = self.dest.ptr();
-            let cpu0 = cache::cpu_seconds(false);
-            let out = match case {
-                Case::Threads {
-                    workers,
-                    chunk,
-                    direct,
-                } => run_threads(
-                    &path,
-                    plan,
-                    dest,
-                    ThreadsCfg {
-                        workers: *workers,
-                        chunk: *chunk,
-                        direct: *direct,
-                        bounce: false,
-                        drop_after: false,
-                    },
-                )?,
-                Case::CStream => run_threads(
-                    &path,
-                    plan,
-                    dest,
-                    ThreadsCfg {
-                        workers: 18,
-                        chunk: u64::MAX,
-                        direct: false,
-                        bounce: true,
-                        drop_after: mode == Mode::Cold,
-                    },
-                )?,
-                Case::Mmap => baselines::run_mmap(&path, plan, dest)?,
-                Case::CLoad { direct } => baselines::run_c_load(&path, plan, dest, *direct)?,
-                Case::Engine { .. } => {
-                    return Err(BenchError::Runtime("engine case without an engine".into()))
+    /// Runs every configuration of one (pattern, mode) block `--reps` times, interleaved:
+    /// repetition r runs each configuration once (odd repetitions in reverse order), so noise
+    /// that comes and goes (other jobs on a shared machine, the hypervisor's cache) hits every
+    /// case alike and the ratios between them stay meaningful.
+    fn run_block(&mut self, plan: &Plan, mode: Mode, cases: Vec<Case>) -> Result<(), BenchError> {
+        let mut slots: Vec<Slot> = cases
+            .into_iter()
+            .map(|case| {
+                let (w, c, d) = case.params(plan.pattern, mode);
+                Slot {
+                    m: Measured::new(case.name(), w, c, d),
+                    case,
+                    skipped: false,
                 }
+            })
+            .collect();
+        let reps = self.args.reps;
+        for rep in 0..reps {
+            let order: Vec<usize> = if rep % 2 == 0 {
+                (0..slots.len()).collect()
+            } else {
+                (0..slots.len()).rev().collect()
             };
-            cpu = add_cpu(cpu, cpu0, cache::cpu_seconds(false));
-            m.times.push(out.elapsed.as_secs_f64());
-            m.cache = method;
-            m.resident_before = res;
-            m.direct_fraction = out.direct_fraction;
+            for i in order {
+                let slot = &mut slots[i];
+                if slot.skipped {
+                    continue;
+                }
+                match self.run_once(plan, mode, &slot.case, &mut slot.m) {
+                    Ok(secs) => {
+                        let m = &slot.m;
+                        self.log(&format!(
+                            "  [{}/{reps}] {:<11} {:<6} {:<4} w={:<3} chunk={:<7} direct={:<3} {:>7.3} GB/s",
+                            rep + 1,
+                            m.case,
+                            plan.pattern.name(),
+                            mode.name(),
+                            m.workers,
+                            report::chunk_text(if m.chunk == u64::MAX { 0 } else { m.chunk }),
+                            if m.direct { "on" } else { "off" },
+                            plan.bytes as f64 / secs / 1e9,
+                        ));
+                    }
+                    Err(e) if matches!(slot.case, Case::Fio { .. }) => {
+                        // fio failing (e.g. no O_DIRECT on this filesystem) costs its rows,
+                        // not the benchmark.
+                        slot.skipped = true;
+                        self.log(&format!("  fio skipped: {}", crate::cli::chain(&e)));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         }
-        m.cpu_secs = cpu;
-        if self.args.inject_corruption {
-            self.dest.corrupt_one_byte(plan);
+        for slot in slots {
+            if !slot.skipped {
+                self.push_row(plan, mode, slot.m);
+            }
         }
-        let dest = &self.dest;
-        m.verified_bytes =
-            self.verifier
-                .check(plan, case.name(), self.args.seed, &mut |o, b| {
-                    dest.read(o, b)
-                })?;
-        self.push_row(plan, mode, m);
         Ok(())
     }
 
-    fn run_engine(
+    /// One repetition of one configuration: prepare the cache, poison the destination, run,
+    /// verify. Returns the timed seconds.
+    fn run_once(
         &mut self,
         plan: &Plan,
         mode: Mode,
-        host: bool,
-        workers: usize,
-        chunk: u64,
-        direct: bool,
-    ) -> Result<(), BenchError> {
-        let slot = if host {
-            &mut self.engine_host
-        } else {
-            &mut self.engine_staged
+        case: &Case,
+        m: &mut Measured,
+    ) -> Result<f64, BenchError> {
+        let (method, res) = self.prepare(mode)?;
+        m.resident_before = res;
+        let path = self.file.path.clone();
+        let out = match *case {
+            Case::Fio { workers, chunk } => {
+                let job = FioJob {
+                    pattern: plan.pattern,
+                    workers,
+                    chunk,
+                    total: plan.bytes,
+                    file_len: self.file.len,
+                    cold: mode == Mode::Cold,
+                    runtime_ms: (self.args.fio_secs * 1000.0) as u64,
+                };
+                let out = fio::run(&job, &path)?;
+                // fio's bandwidth as the time our plan's bytes would take, so medians and GB/s
+                // are computed as for every other case. No cpu figure: fio is another process.
+                let secs = plan.bytes as f64 / out.bw_bytes;
+                m.times.push(secs);
+                m.cache = if mode == Mode::Cold {
+                    format!("{method}+o_direct")
+                } else {
+                    method
+                };
+                m.command = Some(out.command);
+                return Ok(secs);
+            }
+            Case::Engine {
+                host,
+                workers,
+                chunk,
+                direct,
+            } => {
+                let slot = if host {
+                    &mut self.engine_host
+                } else {
+                    &mut self.engine_staged
+                };
+                let eb = match slot.take() {
+                    Some(eb) => eb,
+                    None => EngineBench::new(host, self.dest.len())?,
+                };
+                let r = self.run_engine_once(&eb, plan, workers, chunk, direct, m);
+                if host {
+                    self.engine_host = Some(eb);
+                } else {
+                    self.engine_staged = Some(eb);
+                }
+                r?
+            }
+            Case::Threads {
+                workers,
+                chunk,
+                direct,
+            } => {
+                self.dest.poison(plan.dest_len);
+                let cfg = ThreadsCfg {
+                    workers,
+                    chunk,
+                    direct,
+                    bounce: false,
+                    drop_after: false,
+                };
+                run_threads(&path, plan, self.dest.ptr(), cfg)?
+            }
+            Case::CStream => {
+                self.dest.poison(plan.dest_len);
+                let cfg = ThreadsCfg {
+                    workers: 18,
+                    chunk: u64::MAX,
+                    direct: false,
+                    bounce: true,
+                    drop_after: mode == Mode::Cold,
+                };
+                run_threads(&path, plan, self.dest.ptr(), cfg)?
+            }
+            Case::Mmap => {
+                self.dest.poison(plan.dest_len);
+                baselines::run_mmap(&path, plan, self.dest.ptr())?
+            }
+            Case::CLoad { direct } => {
+                self.dest.poison(plan.dest_len);
+                baselines::run_c_load(&path, plan, self.dest.ptr(), direct)?
+            }
         };
-        let eb = match slot.take() {
-            Some(eb) => eb,
-            None => EngineBench::new(host, self.dest.len())?,
-        };
-        let r = self.run_engine_on(&eb, plan, mode, workers, chunk, direct);
-        if host {
-            self.engine_host = Some(eb);
+        // Sum over repetitions; None as soon as one run could not measure it.
+        m.cpu_secs = if m.times.is_empty() {
+            out.cpu_secs
         } else {
-            self.engine_staged = Some(eb);
+            m.cpu_secs.zip(out.cpu_secs).map(|(a, b)| a + b)
+        };
+        let secs = out.elapsed.as_secs_f64();
+        m.times.push(secs);
+        m.cache = method;
+        m.direct_fraction = out.direct_fraction;
+        if !matches!(case, Case::Engine { .. }) {
+            if self.args.inject_corruption {
+                self.dest.corrupt_one_byte(plan);
+            }
+            let dest = &self.dest;
+            m.verified_bytes +=
+                self.verifier
+                    .check(plan, case.name(), self.args.seed, &mut |o, b| {
+                        dest.read(o, b)
+                    })?;
         }
-        r
+        Ok(secs)
     }
 
-    fn run_engine_on(
-        &mut self,
+    /// The engine part of [`Self::run_once`] (poison, run, verify through the device).
+    fn run_engine_once(
+        &self,
         eb: &EngineBench,
         plan: &Plan,
-        mode: Mode,
         workers: usize,
         chunk: u64,
         direct: bool,
-    ) -> Result<(), BenchError> {
+        m: &mut Measured,
+    ) -> Result<super::threads::RunOut, BenchError> {
         let cfg = EngineRun {
             workers,
             chunk,
             direct,
             slots: self.args.slots as usize,
         };
-        let mut m = Measured::new(eb.name(), workers, chunk, direct);
-        let mut cpu = Some(0.0);
-        for _ in 0..self.args.reps {
-            let (method, res) = self.prepare(mode)?;
-            eb.poison(plan.dest_len)?;
-            let cpu0 = cache::cpu_seconds(false);
-            let (out, stats) = eb.run(&self.file.path, plan, cfg)?;
-            cpu = add_cpu(cpu, cpu0, cache::cpu_seconds(false));
-            m.times.push(out.elapsed.as_secs_f64());
-            m.cache = method;
-            m.resident_before = res;
-            m.direct_fraction = out.direct_fraction;
-            m.extra = serde_json::to_value(&stats).ok();
-        }
-        m.cpu_secs = cpu;
+        eb.poison(plan.dest_len)?;
+        let (out, stats) = eb.run(&self.file.path, plan, cfg)?;
+        m.extra = serde_json::to_value(&stats).ok();
         if self.args.inject_corruption {
             eb.corrupt_one_byte(plan)?;
         }
-        m.verified_bytes = self
+        m.verified_bytes += self
             .verifier
             .check(plan, eb.name(), self.args.seed, &mut |o, b| eb.read(o, b))?;
-        self.push_row(plan, mode, m);
-        Ok(())
+        Ok(out)
     }
 
     fn push_row(&mut self, plan: &Plan, mode: Mode, m: Measured) {
@@ -275,7 +365,7 @@ impl Ctx<'_> {
         let secs = t[t.len() / 2];
         let wall: f64 = t.iter().sum();
         let bytes = plan.bytes;
-        let row = Row {
+        self.rows.push(Row {
             machine: self.machine.clone(),
             case: m.case.to_string(),
             pattern: plan.pattern,
@@ -303,71 +393,8 @@ impl Ctx<'_> {
             file_len: self.file.len,
             command: m.command,
             extra: m.extra,
-        };
-        self.log(&format!(
-            "  {:<11} {:<6} {:<4} w={:<3} chunk={:<7} direct={:<3} {:>7.3} GB/s{}",
-            row.case,
-            row.pattern.name(),
-            mode.name(),
-            row.workers,
-            report::chunk_text(row.chunk),
-            if row.direct { "on" } else { "off" },
-            row.gbps,
-            if row.verified_bytes > 0 {
-                format!("  verified {}", human(row.verified_bytes))
-            } else {
-                String::new()
-            }
-        ));
-        self.rows.push(row);
+        });
     }
-
-    fn run_fio(
-        &mut self,
-        plan: &Plan,
-        mode: Mode,
-        workers: usize,
-        chunk: u64,
-    ) -> Result<(), BenchError> {
-        let job = FioJob {
-            pattern: plan.pattern,
-            workers,
-            chunk,
-            total: plan.bytes,
-            file_len: self.file.len,
-            cold: mode == Mode::Cold,
-            runtime_ms: (self.args.fio_secs * 1000.0) as u64,
-        };
-        let shown_chunk = if plan.pattern == Pattern::Expert {
-            EXPERT_BYTES
-        } else {
-            chunk
-        };
-        let mut m = Measured::new("fio", workers, shown_chunk, mode == Mode::Cold);
-        for _ in 0..self.args.reps {
-            let (method, res) = self.prepare(mode)?;
-            let out = fio::run(&job, &self.file.path)?;
-            // Express fio's bandwidth as the time our plan's bytes would take, so the median and
-            // the GB/s columns are computed the same way as for every other case (fio reads
-            // about the same bytes: whole blocks per job).
-            m.times.push(plan.bytes as f64 / out.bw_bytes);
-            m.cache = if mode == Mode::Cold {
-                format!("{method}+o_direct")
-            } else {
-                method
-            };
-            m.resident_before = res;
-            m.command = Some(out.command);
-        }
-        // No cpu figure for fio: its process start-up would dominate short runs.
-        self.push_row(plan, mode, m);
-        Ok(())
-    }
-}
-
-/// Adds the CPU seconds between two probes to a running sum (None once any probe failed).
-fn add_cpu(sum: Option<f64>, before: Option<f64>, after: Option<f64>) -> Option<f64> {
-    Some(sum? + (after? - before?).max(0.0))
 }
 
 /// What one configuration measured, before it becomes a [`Row`].
@@ -522,28 +549,39 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
                 .map(|d| *d == OnOff::On)
                 .filter(|&d| mode == Mode::Cold || !d)
                 .collect();
-            if fio_version.is_some() {
-                let chunks: Vec<u64> = if plan.pattern == Pattern::Seq {
-                    args.chunk.clone()
-                } else {
-                    vec![EXPERT_BYTES]
-                };
-                for &w in &workers {
-                    for &c in &chunks {
-                        if let Err(e) = ctx.run_fio(plan, mode, w, c) {
-                            // fio failing (e.g. no O_DIRECT on this filesystem) costs its rows,
-                            // not the benchmark.
-                            ctx.log(&format!("  fio skipped: {}", crate::cli::chain(&e)));
-                        }
-                    }
-                }
-            }
+            // Cases that are compared run next to each other in every repetition: the
+            // baselines, then per (workers, chunk): fio, then engine, engine-host and
+            // io-threads for each direct setting.
+            let has = |c: CaseArg| args.cases.contains(&c);
             let mut cases = Vec::new();
-            for (arg, host) in [(CaseArg::Engine, false), (CaseArg::EngineHost, true)] {
-                if args.cases.contains(&arg) {
-                    for &w in &workers {
-                        for &c in &args.chunk {
-                            for &d in &directs {
+            if has(CaseArg::Mmap) {
+                cases.push(Case::Mmap);
+            }
+            if has(CaseArg::CLoad) {
+                cases.push(Case::CLoad {
+                    direct: mode == Mode::Cold,
+                });
+            }
+            if has(CaseArg::CStream) && plan.pattern == Pattern::Expert {
+                cases.push(Case::CStream);
+            }
+            for &w in &workers {
+                if fio_version.is_some() && plan.pattern == Pattern::Expert {
+                    cases.push(Case::Fio {
+                        workers: w,
+                        chunk: EXPERT_BYTES,
+                    });
+                }
+                for &c in &args.chunk {
+                    if fio_version.is_some() && plan.pattern == Pattern::Seq {
+                        cases.push(Case::Fio {
+                            workers: w,
+                            chunk: c,
+                        });
+                    }
+                    for &d in &directs {
+                        for (arg, host) in [(CaseArg::Engine, false), (CaseArg::EngineHost, true)] {
+                            if has(arg) {
                                 cases.push(Case::Engine {
                                     host,
                                     workers: w,
@@ -552,24 +590,7 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
                                 });
                             }
                         }
-                    }
-                }
-            }
-            if args.cases.contains(&CaseArg::Mmap) {
-                cases.push(Case::Mmap);
-            }
-            if args.cases.contains(&CaseArg::CLoad) {
-                cases.push(Case::CLoad {
-                    direct: mode == Mode::Cold,
-                });
-            }
-            if args.cases.contains(&CaseArg::CStream) && plan.pattern == Pattern::Expert {
-                cases.push(Case::CStream);
-            }
-            if args.cases.contains(&CaseArg::IoThreads) {
-                for &w in &workers {
-                    for &c in &args.chunk {
-                        for &d in &directs {
+                        if has(CaseArg::IoThreads) {
                             cases.push(Case::Threads {
                                 workers: w,
                                 chunk: c,
@@ -579,12 +600,11 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
                     }
                 }
             }
-            for case in &cases {
-                ctx.run_case(plan, mode, case)?;
-            }
+            ctx.run_block(plan, mode, cases)?;
         }
     }
     let mut rows = std::mem::take(&mut ctx.rows);
+    report::sort_rows(&mut rows);
     report::compute_ratios(&mut rows);
     let title = format!(
         "ds4-bench io — {} — {} ({}, {} per run)",

@@ -78,6 +78,30 @@ impl Row {
     }
 }
 
+/// Orders rows for reading: pattern, mode, case (fio, engine, engine-host, io-threads, then
+/// the baselines), workers, chunk, direct on before off.
+pub fn sort_rows(rows: &mut [Row]) {
+    const ORDER: [&str; 7] = [
+        "fio",
+        "engine",
+        "engine-host",
+        "io-threads",
+        "mmap",
+        "c-load",
+        "c-stream",
+    ];
+    let rank = |c: &str| ORDER.iter().position(|&o| o == c).unwrap_or(ORDER.len());
+    rows.sort_by(|a, b| {
+        (a.pattern != Pattern::Seq)
+            .cmp(&(b.pattern != Pattern::Seq))
+            .then((a.mode != Mode::Cold).cmp(&(b.mode != Mode::Cold)))
+            .then(rank(&a.case).cmp(&rank(&b.case)))
+            .then(a.workers.cmp(&b.workers))
+            .then(a.chunk.cmp(&b.chunk))
+            .then(b.direct.cmp(&a.direct))
+    });
+}
+
 /// Fills the ratio columns of every row from the other rows of the same run.
 pub fn compute_ratios(rows: &mut [Row]) {
     let snapshot = rows.to_vec();

@@ -40,6 +40,32 @@ pub struct RunOut {
     /// Share of the bytes (engine: of the chunks) read through the unbuffered path (None: not
     /// applicable, e.g. mmap).
     pub direct_fraction: Option<f64>,
+    /// CPU seconds this process used during the timed part (all its threads).
+    pub cpu_secs: Option<f64>,
+}
+
+/// Wall time and process CPU time of a timed section.
+pub(crate) struct Clock {
+    start: Instant,
+    cpu0: Option<f64>,
+}
+
+impl Clock {
+    pub(crate) fn start() -> Clock {
+        Clock {
+            cpu0: super::cache::cpu_seconds(false),
+            start: Instant::now(),
+        }
+    }
+
+    /// (elapsed wall time, CPU seconds used by this process since `start`).
+    pub(crate) fn stop(&self) -> (Duration, Option<f64>) {
+        let elapsed = self.start.elapsed();
+        let cpu = super::cache::cpu_seconds(false)
+            .zip(self.cpu0)
+            .map(|(b, a)| (b - a).max(0.0));
+        (elapsed, cpu)
+    }
 }
 
 /// `direct / (direct + buffered)`, None when nothing was read.
@@ -141,7 +167,7 @@ pub fn run_threads(
         }
         drop(job_rx);
         drop(done_tx);
-        let start = Instant::now();
+        let clock = Clock::start();
         let mut first_err = None;
         for batch in &plan.batches {
             let mut n = 0usize;
@@ -170,7 +196,7 @@ pub fn run_threads(
                 break;
             }
         }
-        let elapsed = start.elapsed();
+        let (elapsed, cpu_secs) = clock.stop();
         drop(job_tx); // workers drain and exit
         let (mut direct, mut buffered) = (0u64, 0u64);
         for w in workers {
@@ -189,6 +215,7 @@ pub fn run_threads(
             None => Ok(RunOut {
                 elapsed,
                 direct_fraction: direct_fraction(direct, buffered),
+                cpu_secs,
             }),
         }
     })
