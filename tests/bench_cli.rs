@@ -162,6 +162,36 @@ fn small_sweep(pattern: &str) {
     assert!(svg_text.starts_with("<svg") && svg_text.contains("<polyline"));
     // The temp file was removed: only the CSV and the SVG remain.
     assert_eq!(leftover_files(dir.path()), 2);
+
+    // `report` renders the same rows again from the JSON lines.
+    let jsonl = dir.path().join("rows.jsonl");
+    std::fs::write(&jsonl, &out).unwrap();
+    let csv2 = dir.path().join("again.csv");
+    let o = bench(&[
+        "report",
+        jsonl.to_str().unwrap(),
+        "--csv",
+        csv2.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(
+        table.lines().count(),
+        rows.len() + 2,
+        "header + rows + legend"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&csv2).unwrap().lines().count(),
+        rows.len() + 1
+    );
+    std::fs::write(&jsonl, "{\"not\": \"a row\"}\n").unwrap();
+    let o = bench(&["report", jsonl.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("line 1: not a ds4-bench row"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

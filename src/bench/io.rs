@@ -636,6 +636,16 @@ fn write_outputs(args: &IoArgs, rows: &[Row], title: &str) -> Result<(), BenchEr
     } else if let Err(e) = std::io::stdout().write_all(table.as_bytes()) {
         stdout_err(e)?;
     }
+    write_files(args.csv.as_ref(), args.plot.as_ref(), rows, title)
+}
+
+/// Writes the CSV and the plot (SVG, or SVG + PNG for a .png name) where asked.
+pub(crate) fn write_files(
+    csv: Option<&PathBuf>,
+    plot_path: Option<&PathBuf>,
+    rows: &[Row],
+    title: &str,
+) -> Result<(), BenchError> {
     let write = |p: &PathBuf, what: &'static str, data: &str| {
         std::fs::write(p, data).map_err(|e| BenchError::Io {
             what,
@@ -645,10 +655,10 @@ fn write_outputs(args: &IoArgs, rows: &[Row], title: &str) -> Result<(), BenchEr
             source: e,
         })
     };
-    if let Some(p) = &args.csv {
+    if let Some(p) = csv {
         write(p, "write CSV", &report::csv(rows))?;
     }
-    if let Some(p) = &args.plot {
+    if let Some(p) = plot_path {
         let svg = plot::svg(rows, title);
         if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
             let svg_path = p.with_extension("svg");

@@ -19,6 +19,7 @@ pub mod fio;
 pub mod io;
 pub mod plan;
 pub mod plot;
+pub mod replay;
 pub mod report;
 pub mod size;
 pub mod threads;
@@ -84,6 +85,8 @@ pub struct Cli {
 pub enum Command {
     /// File -> destination throughput: engine vs raw threads vs mmap vs the C engine vs fio.
     Io(args::IoArgs),
+    /// Table, CSV and plot again from the JSON rows of an earlier `io --json` run.
+    Report(replay::ReportArgs),
 }
 
 /// A progress bar on stderr, hidden when `show` is false or stderr is not a terminal.
@@ -113,6 +116,7 @@ pub fn main() -> ExitCode {
     };
     let r = match cli.command {
         Command::Io(a) => io::run(a),
+        Command::Report(a) => replay::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -22,7 +22,9 @@ pub const EXPERT_SLICES: [u64; 3] = [2_162_688, 2_162_688, 2_752_512];
 pub const EXPERTS_PER_TOKEN: u64 = 6;
 
 /// Access pattern of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Pattern {
     /// The whole file in order.

@@ -106,7 +106,8 @@ pub fn svg(rows: &[Row], title: &str) -> String {
     let ly2 = ly + 22.0;
     let mut x = 20.0;
     for (case, label) in [
-        ("engine", "engine"),
+        ("engine", "engine (staged)"),
+        ("engine-host", "engine-host"),
         ("io-threads", "io-threads (raw)"),
         ("fio", "fio"),
     ] {
@@ -232,11 +233,7 @@ fn panel(
             .map(|r| (px(r.workers), py(r.gbps)))
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let col = if case == "fio" {
-            "#000000"
-        } else {
-            color(*chunk)
-        };
+        let col = color(*chunk);
         let path: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
         let _ = writeln!(
             s,

@@ -9,11 +9,11 @@
 
 use super::plan::Pattern;
 use super::size::Size;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 
 /// Cold or hot page cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Cold,
@@ -30,7 +30,7 @@ impl Mode {
 }
 
 /// One measured configuration (median of `reps` repetitions).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Row {
     pub machine: String,
     pub case: String,
