@@ -11,5 +11,6 @@ pub mod engine;
 pub mod gen;
 pub mod gguf;
 pub mod model;
+pub mod stress;
 
 pub use ds4_io as io;

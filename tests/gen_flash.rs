@@ -6,7 +6,7 @@
 
 mod gen_util;
 
-use ds4_stream::gen::{plan_layout, FillPlan, Generator, Holes, Shape};
+use ds4_stream::gen::{plan_layout, FillPlan, Generator, Holes, Shape, FILL_KEY};
 use ds4_stream::gguf::{self, Caps};
 use ds4_stream::model::{Ds4Model, ExpertKind};
 use gen_util::*;
@@ -41,7 +41,12 @@ fn flash_sparse_file() {
     assert!(line.contains(" 42,467,328 B written"), "{line}"); // 2 layers x 3 experts x 7,077,888
 
     let shape = Shape::flash();
-    let layout = plan_layout(&shape, SEED).unwrap();
+    let plan = FillPlan {
+        holes: Holes::All,
+        fill_layers: vec![41, 42],
+        fill_experts: Some(vec![0, 200, 255]),
+    };
+    let layout = plan_layout(&shape, SEED, &plan).unwrap();
     let len = std::fs::metadata(&p).unwrap().len();
     assert_eq!(len, layout.total_len);
     assert!(len > 86_000_000_000);
@@ -79,6 +84,30 @@ fn flash_sparse_file() {
     }
     assert!(past_4g > 30_000, "{past_4g} of 33,024 slices past 4 GiB");
 
+    // `ds4 inspect --json` on the 81 GiB file reads only the header: quick, small, and the same
+    // table and DS4 view.
+    let t0 = std::time::Instant::now();
+    let o = run_ds4(&["inspect", p.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        t0.elapsed().as_secs() < 10,
+        "inspect read more than the header?"
+    );
+    let j: Json = serde_json::from_slice(&o.stdout).unwrap();
+    let tj = j["tensors"].as_array().unwrap();
+    assert_eq!(tj.len(), f.tensors.len());
+    for (a, b) in tj.iter().zip(&f.tensors) {
+        assert_eq!(
+            a,
+            &serde_json::json!({"name": b.name, "type": b.ggml_type.name(), "shape": b.dims,
+                                "offset": b.offset, "nbytes": b.nbytes})
+        );
+    }
+    assert_eq!(j["ds4"]["routed_bytes"], m.routed_bytes);
+    assert_eq!(j["ds4"]["resident_bytes"], m.resident_bytes);
+    assert_eq!(j["ds4"]["bytes_per_expert"]["total"], 7_077_888);
+    assert_eq!(j["ds4"]["layers"], 43);
+
     // gguf-py sees the same table (absolute offsets past 4 GiB included).
     let out = run_py(
         "gen_readback.py",
@@ -97,11 +126,15 @@ fn flash_sparse_file() {
     // `ds4 cat` past 4 GiB returns what the file holds: generator bytes for filled experts,
     // zeros in holes.
     let gen = Generator::new(&shape, SEED).unwrap();
-    let plan = FillPlan {
-        holes: Holes::All,
-        fill_layers: vec![41, 42],
-        fill_experts: Some(vec![0, 200, 255]),
-    };
+    // The file records its plan, in the format `ds4 demo` reads back.
+    assert_eq!(
+        f.get(FILL_KEY).and_then(|v| v.as_str()),
+        Some("holes=all;layers=41-42;experts=0,200,255")
+    );
+    assert_eq!(
+        FillPlan::from_spec("holes=all;layers=41-42;experts=0,200,255").unwrap(),
+        plan
+    );
     let cases: &[(u32, ExpertKind, u64, bool)] = &[
         (42, ExpertKind::Down, 255, true),
         (41, ExpertKind::Gate, 200, true),

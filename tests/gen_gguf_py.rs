@@ -4,7 +4,7 @@
 
 mod gen_util;
 
-use ds4_stream::gen::{plan_layout, Generator, Scale, Shape};
+use ds4_stream::gen::{plan_layout, FillPlan, Generator, Scale, Shape};
 use ds4_stream::gguf::Value;
 use gen_util::*;
 use serde_json::Value as Json;
@@ -31,7 +31,7 @@ fn check_scale(scale: Scale, extra: &[&str], shape: Shape, dumps: &[&str], max_d
     let j: Json = serde_json::from_str(&out).unwrap();
 
     // Tensor table.
-    let layout = plan_layout(&shape, seed).unwrap();
+    let layout = plan_layout(&shape, seed, &FillPlan::full()).unwrap();
     assert_eq!(j["alignment"], 32);
     assert_eq!(j["data_offset"], layout.data_offset);
     let py = j["tensors"].as_array().unwrap();
@@ -50,7 +50,7 @@ fn check_scale(scale: Scale, extra: &[&str], shape: Shape, dumps: &[&str], max_d
     );
 
     // Metadata: every key, with its type; a few values.
-    let md = shape.metadata(seed);
+    let md = shape.metadata(seed, &FillPlan::full());
     let fields = j["fields"].as_object().unwrap();
     assert_eq!(fields.len(), md.len());
     for (k, v) in &md {

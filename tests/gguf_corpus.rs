@@ -23,6 +23,7 @@ fn tiny_caps() -> Caps {
         max_tensors: 4,
         max_kv: 8,
         max_string: 64,
+        max_string_bytes: 256,
         max_array: 16,
         max_metadata_values: 64,
         max_depth: 2,

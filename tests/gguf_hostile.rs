@@ -303,6 +303,45 @@ fn tensor_name_over_cap() {
     );
 }
 
+/// Strings are kept in memory: their total is capped, whatever the file size (a sparse file
+/// makes size free). Keys, string values (in arrays too) and tensor names all count.
+#[test]
+fn total_string_bytes_over_cap() {
+    let caps = Caps {
+        max_string_bytes: 20,
+        ..Caps::default()
+    };
+    // Key "k" (1) + 3 strings of 6 = 19 bytes: fits.
+    let mut b = B::new();
+    b.header(3, 0, 1).key("k", ARRAY).u32(STRING).u64(3);
+    b.str("aaaaaa").str("bbbbbb").str("cccccc");
+    parse_bytes(&b.0, &caps).unwrap();
+    // A fourth string crosses the cap: the error names the string, the bytes left and where.
+    let mut b = B::new();
+    b.header(3, 0, 1).key("k", ARRAY).u32(STRING).u64(4);
+    b.str("aaaaaa").str("bbbbbb").str("cccccc");
+    let at = b.len() as u64;
+    b.str("dddddd");
+    let e = err_caps(&b.0, &caps);
+    assert!(
+        matches!(
+            e,
+            GgufError::StringBytesOverCap { len: 6, left: 1, cap: 20, at: a, .. } if a == at
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("max_string_bytes=20"), "{e}");
+    // Tensor names share the same budget as metadata.
+    let mut b = B::new();
+    b.header(3, 1, 1).key("kkkkkkkkkkkkkkkk", UINT8).u8(0);
+    b.tensor("tensor_name", &[8], 0, 0).pad(32).data(32);
+    let e = err_caps(&b.0, &caps);
+    assert!(
+        matches!(e, GgufError::StringBytesOverCap { len: 11, left: 4, ref what, .. } if what.contains("tensor #0")),
+        "{e}"
+    );
+}
+
 #[test]
 fn invalid_utf8_names_are_errors_and_values_are_lossy() {
     let mut b = B::new();

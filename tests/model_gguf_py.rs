@@ -4,7 +4,7 @@
 
 mod gen_util;
 
-use ds4_stream::gen::Shape;
+use ds4_stream::gen::{FillPlan, Shape};
 use ds4_stream::gguf::{self, Caps, Value};
 use ds4_stream::model::{Ds4Model, ExpertKind};
 use gen_util::*;
@@ -34,7 +34,7 @@ fn meta_json(k: &str, v: &Value) -> Json {
 fn gguf_py_written_ds4_files_map_correctly() {
     let shape = Shape::tiny();
     let metadata: Vec<Json> = shape
-        .metadata(0)
+        .metadata(0, &FillPlan::full())
         .iter()
         .filter(|(k, _)| k != "general.architecture" && k != "general.alignment")
         .map(|(k, v)| meta_json(k, v))

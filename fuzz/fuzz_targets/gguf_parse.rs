@@ -35,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         max_tensors: 4,
         max_kv: 8,
         max_string: 64,
+        max_string_bytes: 256,
         max_array: 16,
         max_metadata_values: 64,
         max_depth: 2,

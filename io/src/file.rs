@@ -121,3 +121,16 @@ impl Source for FileSource {
         self.inner.open_handle(&self.path, &self.config)
     }
 }
+
+/// Marks a file that is about to be written with holes as sparse, so that the ranges never
+/// written cost no disk. Unix filesystems leave holes without being asked (this does nothing
+/// there); NTFS keeps a file dense unless it is marked: extending it with `set_len`, or writing
+/// past its end, allocates every byte in between and zero-fills it (for a flash layout: up to
+/// 81 GiB of zeros written). Call it right after creating the file, before writing. Best
+/// effort: where the filesystem has no sparse files (FAT32, exFAT) the zeros are written.
+pub fn mark_sparse(file: &std::fs::File) {
+    #[cfg(windows)]
+    crate::sys::mark_sparse(file);
+    #[cfg(not(windows))]
+    let _ = file;
+}

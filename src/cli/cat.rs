@@ -82,10 +82,9 @@ fn cat_engine(a: &Args) -> Result<Engine, CliError> {
         slot_bytes: CHUNK,
         ..EngineConfig::default()
     };
-    Engine::open(&a.file, device, cfg).map_err(|e| match e {
-        EngineError::Open { .. } => CliError::bad_input(super::chain(&e)),
-        _ => CliError::runtime(super::chain(&e)),
-    })
+    // The header was just read from this path, so a failing open here is a runtime condition
+    // (too many open files, the file replaced meanwhile), not bad input.
+    Engine::open(&a.file, device, cfg).map_err(|e| CliError::runtime(super::chain(&e)))
 }
 
 fn parse_num(s: &str) -> Option<u64> {
@@ -120,10 +119,14 @@ fn parse_range(spec: &str, size: u64) -> Result<(u64, u64), String> {
     Ok((start, len))
 }
 
-/// Edit distance (bounded: names are compared on their first 128 bytes).
+/// Names are compared on their first this many bytes (DS4 names are under 40): with at most
+/// `Caps::max_tensors` names, the search stays well under a second.
+const DISTANCE_PREFIX: usize = 64;
+
+/// Edit distance of the first [`DISTANCE_PREFIX`] bytes.
 fn distance(a: &str, b: &str) -> usize {
-    let a = &a.as_bytes()[..a.len().min(128)];
-    let b = &b.as_bytes()[..b.len().min(128)];
+    let a = &a.as_bytes()[..a.len().min(DISTANCE_PREFIX)];
+    let b = &b.as_bytes()[..b.len().min(DISTANCE_PREFIX)];
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
     for (i, &ca) in a.iter().enumerate() {

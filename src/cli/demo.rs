@@ -11,9 +11,11 @@
 use super::{chain, CliError, CliResult};
 use crate::device::{Device, HostConfig, HostDevice};
 use crate::engine::{Engine, EngineConfig, ReadRequest};
-use crate::gen::{Generator, Scale, Shape};
-use crate::gguf::{self, Caps, GgmlType, GgufFile};
+use crate::gen::{FillPlan, Generator, Scale, Shape, FILL_KEY};
+use crate::gguf::{GgmlType, GgufFile};
 use crate::model::{Ds4Model, ExpertKind};
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,11 +28,11 @@ pub struct Args {
     /// Seed for generating the model and for the synthetic routing.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Simulated tokens to stream (each: every layer's 6 experts).
-    #[arg(long, default_value_t = 16)]
+    /// Simulated tokens to stream (each: every layer's 6 experts), 1 to 1,000,000.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=MAX_TOKENS))]
     pub tokens: u64,
-    /// IO workers, each with its own file handle.
-    #[arg(long, default_value_t = 18)]
+    /// IO workers, each with its own file handle (1 to 1024).
+    #[arg(long, default_value_t = 18, value_parser = parse_workers)]
     pub workers: usize,
     /// Skip checking the streamed bytes against the generator.
     #[arg(long)]
@@ -38,6 +40,21 @@ pub struct Args {
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Most simulated tokens: the run keeps one latency per layer and token.
+pub const MAX_TOKENS: u64 = 1_000_000;
+/// Largest device buffer for one layer's experts (Flash: 6 x 6.75 MiB = 40.5 MiB): a file that
+/// declares more (huge expert_used_count x huge experts) is refused, not allocated.
+pub const MAX_LAYER_BATCH: u64 = 4 << 30;
+
+/// `--workers`: 1..=the engine's cap, checked as a usage error (exit 2), not at engine start.
+fn parse_workers(s: &str) -> Result<usize, String> {
+    let max = crate::engine::MAX_WORKERS;
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected a number of workers in 1..={max}")),
+    }
 }
 
 /// splitmix64: the synthetic router's hash.
@@ -48,13 +65,18 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// `used` distinct experts of `n` for (token, layer).
+/// `used` distinct experts of `n` for (token, layer). A bitmap of `n` (at most
+/// [`crate::model::MAX_EXPERTS`]) keeps each draw O(1), so a file declaring thousands of used
+/// experts costs milliseconds, not a quadratic scan.
 fn route(seed: u64, token: u64, layer: u64, n: u64, used: u64) -> Vec<u64> {
-    let mut out = Vec::with_capacity(used as usize);
+    let want = used.min(n) as usize;
+    let mut taken = vec![false; n as usize];
+    let mut out = Vec::with_capacity(want);
     let mut i = 0u64;
-    while (out.len() as u64) < used.min(n) {
+    while out.len() < want {
         let e = mix(seed ^ mix(token << 20 ^ layer << 8 ^ i)) % n;
-        if !out.contains(&e) {
+        if let Some(t) = taken.get_mut(e as usize).filter(|t| !**t) {
+            *t = true;
             out.push(e);
         }
         i += 1;
@@ -71,7 +93,12 @@ fn ensure_model(a: &Args) -> CliResult {
             CliError::runtime(format!("cannot create directory {}: {e}", dir.display()))
         })?;
     }
-    eprintln!("generating the demo model at {} ...", a.model.display());
+    // Progress note, not an error; a failing stderr must not stop the demo.
+    let _ = writeln!(
+        std::io::stderr(),
+        "generating the demo model at {} ...",
+        a.model.display()
+    );
     super::gen::run(super::gen::Args {
         out: a.model.clone(),
         scale: Scale::Demo,
@@ -86,8 +113,9 @@ fn ensure_model(a: &Args) -> CliResult {
 }
 
 /// The generator that wrote `file` (scale, seed and quant from its `ds4stream.gen.*` keys and
-/// routed types), checked against the file's routed tensors.
-fn generator_for(file: &GgufFile, model: &Ds4Model) -> Result<Generator, String> {
+/// routed types), checked against the file's routed tensors, and the fill plan it was written
+/// with (which parts are holes; files written before the plan was recorded were full).
+fn generator_for(file: &GgufFile, model: &Ds4Model) -> Result<(Generator, FillPlan), String> {
     let seed = file
         .get("ds4stream.gen.seed")
         .and_then(|v| v.as_u64())
@@ -116,14 +144,23 @@ fn generator_for(file: &GgufFile, model: &Ds4Model) -> Result<Generator, String>
             }
         }
     }
-    Ok(g)
+    let plan = match file.get(FILL_KEY) {
+        None => FillPlan::full(),
+        Some(v) => {
+            let spec = v
+                .as_str()
+                .ok_or_else(|| format!("{FILL_KEY} is {}, not a string", v.type_name()))?;
+            FillPlan::from_spec(spec).map_err(|e| format!("{FILL_KEY}: {e}"))?
+        }
+    };
+    Ok((g, plan))
 }
 
 pub fn run(a: Args) -> CliResult {
     ensure_model(&a)?;
     let path = &a.model;
-    let file = gguf::parse_file(path, &Caps::default())
-        .map_err(|e| CliError::bad_input(format!("{}: {}", path.display(), chain(&e))))?;
+    // Same exit codes and messages as `ds4 inspect`: malformed or unopenable file 2, IO error 1.
+    let file = super::inspect::load(path)?;
     let model = Ds4Model::from_gguf(&file)
         .map_err(|e| CliError::bad_input(format!("{}: {}", path.display(), chain(&e))))?;
     let generator = generator_for(&file, &model).map_err(|m| {
@@ -134,12 +171,13 @@ pub fn run(a: Args) -> CliResult {
         ))
     });
     let generator = match (generator, a.no_verify) {
-        (Ok(g), _) => Some(g),
-        (Err(_), true) => None,
+        (_, true) => None,
+        (Ok(g), false) => Some(g),
         (Err(e), false) => return Err(e),
     };
-    if !a.json {
-        println!("{}", model.summary_text());
+    // A closed stdout (`ds4 demo | head -3`) is success: stop there, as `head` asked.
+    if !a.json && !super::out(&format!("{}\n", model.summary_text()))? {
+        return Ok(());
     }
 
     // A discrete-GPU emulation: device memory is not host-visible, so every byte goes through
@@ -159,8 +197,25 @@ pub fn run(a: Args) -> CliResult {
     let n_expert = model.shape.n_expert;
     let used = model.shape.n_expert_used;
     let kinds = [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down];
-    // One layer's worth of expert slots on the device: `used` experts x 3 tensors.
-    let layer_bytes: usize = model.layers[0].expert_bytes() as usize * used as usize;
+    // One layer's worth of expert slots on the device: `used` experts x 3 tensors, sized for the
+    // largest layer (routed types may differ between layers).
+    let max_expert = model
+        .layers
+        .iter()
+        .map(|l| l.expert_bytes())
+        .max()
+        .unwrap_or(0);
+    let layer_bytes = max_expert
+        .checked_mul(used)
+        .filter(|&b| b <= MAX_LAYER_BATCH)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| {
+            CliError::bad_input(format!(
+                "{}: {used} experts of {max_expert} bytes per layer exceed the demo's limit of \
+                 {MAX_LAYER_BATCH} bytes per layer",
+                path.display()
+            ))
+        })?;
     let dst = Arc::new(
         device
             .alloc(layer_bytes)
@@ -205,7 +260,7 @@ pub fn run(a: Args) -> CliResult {
             io_time += took;
             fetch_us.push(took.as_micros() as u64);
             streamed += at as u64;
-            if let Some(generator) = verify {
+            if let Some((generator, plan)) = verify {
                 for (name, e, len, at) in placed {
                     let len = len as usize;
                     check.resize(len, 0);
@@ -213,8 +268,8 @@ pub fn run(a: Args) -> CliResult {
                     device
                         .read_d2h(&dst, at, &mut check)
                         .map_err(|e| CliError::runtime(chain(&e)))?;
-                    generator
-                        .tensor_bytes(&name, e * len as u64, &mut want)
+                    // What the file holds: generator bytes, or zeros where it has holes.
+                    plan.file_bytes(generator, &name, e * len as u64, &mut want)
                         .map_err(|e| CliError::runtime(chain(&e)))?;
                     if check != want {
                         let i = check.iter().zip(&want).position(|(x, y)| x != y);
@@ -256,33 +311,41 @@ pub fn run(a: Args) -> CliResult {
             "layer_fetch_us": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)},
             "engine": stats,
         });
-        println!("{v}");
+        super::out(&format!("{v}\n"))?;
     } else {
-        println!(
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
             "streamed {} tokens x {layers} layers x {used} experts: {:.1} MiB in {:.3} s of IO \
              = {gbps:.2} GB/s, {mib_per_token:.1} MiB/token",
             a.tokens,
             streamed as f64 / (1 << 20) as f64,
             secs
         );
-        println!(
-            "layer fetch (6 experts x 3 slices, one batch): p50 {} us, p99 {} us, max {} us; \
-             staging stalls {} us total",
+        let _ = writeln!(
+            t,
+            "layer fetch ({used} experts x 3 slices, one batch): p50 {} us, p99 {} us, max {} \
+             us; staging stalls {} us total",
             pct(0.5),
             pct(0.99),
             pct(1.0),
             stats.stall_total_us
         );
         if verify.is_none() {
-            println!("bytes not verified (--no-verify)");
+            t.push_str("bytes not verified (--no-verify)\n");
         } else {
-            println!("verified {verified} bytes against the generator: all correct");
+            let _ = writeln!(
+                t,
+                "verified {verified} bytes against the generator: all correct"
+            );
         }
-        println!(
+        let _ = writeln!(
+            t,
             "note: synthetic routing, no expert cache yet (every expert streamed), host backend \
              emulating a discrete GPU ({})",
             device.name()
         );
+        super::out(&t)?;
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! The file is written to `OUT.tmp-<pid>` and renamed into place only when complete, so a
 //! failure (full disk, IO error) never leaves a half-written OUT; the temporary file is removed
 //! on every error path (not when the process is killed by a signal). Existing files are kept
-//! unless `--force`.
+//! unless `--force`; an existing directory, device or FIFO is never replaced.
 
 use super::{chain, CliError, CliResult};
 use crate::gen::{self, FillPlan, GenError, Generator, Holes, Scale, Shape};
@@ -73,6 +73,38 @@ fn tmp_path(out: &Path) -> PathBuf {
     out.with_file_name(name)
 }
 
+/// Refuses, before any work, an OUT the final rename would fail on or should never replace:
+/// no file name (`dir/`, `..`), an existing directory, device or FIFO (as root, `--force` on
+/// `/dev/null` would otherwise replace the device node with a regular file), or an existing
+/// file without `--force`.
+fn check_out(out: &Path, force: bool) -> CliResult {
+    let s = out.as_os_str().to_string_lossy();
+    if out.file_name().is_none() || s.ends_with('/') || s.ends_with(std::path::MAIN_SEPARATOR) {
+        return Err(CliError::bad_input(format!(
+            "{} is not a file path",
+            out.display()
+        )));
+    }
+    match std::fs::metadata(out) {
+        Ok(m) if !m.is_file() => Err(CliError::bad_input(format!(
+            "{} exists and is not a regular file (directory, device or FIFO): refusing to \
+             replace it",
+            out.display()
+        ))),
+        Ok(_) if !force => Err(CliError::bad_input(format!(
+            "{} exists (use --force to overwrite)",
+            out.display()
+        ))),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        // E.g. a path through a regular file (`file.gguf/x.gguf`): ENOTDIR.
+        Err(e) => Err(CliError::bad_input(format!(
+            "cannot write {}: {e}",
+            out.display()
+        ))),
+    }
+}
+
 fn fill_plan(a: &Args) -> Result<FillPlan, GenError> {
     let holes = match (a.fill, a.holes) {
         (true, _) => Holes::None,
@@ -112,18 +144,7 @@ pub fn run(a: Args) -> CliResult {
         Quant::Q4 => Shape::for_scale(a.scale).with_q4k(),
     };
     let generator = Generator::new(&shape, a.seed).map_err(|e| CliError::runtime(chain(&e)))?;
-    if a.out.file_name().is_none() {
-        return Err(CliError::bad_input(format!(
-            "{} is not a file path",
-            a.out.display()
-        )));
-    }
-    if !a.force && a.out.exists() {
-        return Err(CliError::bad_input(format!(
-            "{} exists (use --force to overwrite)",
-            a.out.display()
-        )));
-    }
+    check_out(&a.out, a.force)?;
     let tmp_name = tmp_path(&a.out);
     let file = std::fs::OpenOptions::new()
         .write(true)
@@ -141,8 +162,11 @@ pub fn run(a: Args) -> CliResult {
         path: tmp_name,
         armed: true,
     };
+    // Every layout has holes (alignment padding at least; a flash layout ~80 GiB of them), and
+    // NTFS fills unmarked holes with written zeros. Nothing to do on Unix.
+    ds4_io::mark_sparse(&file);
 
-    let total = gen::plan_layout(&shape, a.seed)
+    let total = gen::plan_layout(&shape, a.seed, &plan)
         .map_err(|e| CliError::runtime(chain(&e)))?
         .total_len;
     let pb = progress_bar(total);
@@ -168,6 +192,5 @@ pub fn run(a: Args) -> CliResult {
         ))
     })?;
     tmp.armed = false;
-    println!("wrote {}: {}", a.out.display(), summary.line());
-    Ok(())
+    super::out(&format!("wrote {}: {}\n", a.out.display(), summary.line())).map(|_| ())
 }

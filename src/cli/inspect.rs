@@ -8,12 +8,11 @@
 //! Exit codes: 0 ok; 2 for a malformed file and for a path that cannot be opened or is not a
 //! regular file (bad input from the user); 1 for an IO error while reading an opened file.
 
-use super::{is_broken_pipe, CliError, CliResult};
+use super::{CliError, CliResult};
 use crate::gguf::{parse_file, Caps, GgufError, GgufFile, Value};
 use serde_json::{json, Map, Value as J};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Arrays up to this many elements appear in full in `--json`; longer ones are summarised as
@@ -67,15 +66,7 @@ pub fn run(args: Args) -> CliResult {
         }
         t
     };
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(out.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Ok(()) => Ok(()),
-        Err(e) if is_broken_pipe(&e) => Ok(()),
-        Err(e) => Err(CliError::runtime(format!("writing to stdout: {e}"))),
-    }
+    super::out(&out).map(|_| ())
 }
 
 /// Parses `path`'s header, mapping errors to exit codes: a malformed file or a path that cannot
@@ -256,7 +247,9 @@ pub fn text_view(path: &Path, f: &GgufFile) -> String {
 fn text_value(v: &Value) -> String {
     match v {
         Value::String(x) => text_string(x),
-        Value::Array(items) if items.len() > TEXT_ARRAY_MAX => {
+        // Nested arrays count every value they hold: 16 arrays of 16 arrays of ... would
+        // otherwise print a million values on one line.
+        Value::Array(items) if items.len() > TEXT_ARRAY_MAX || !fits_inline(v) => {
             format!("[{} x {}]", items.len(), v.elem_type_name().unwrap_or("?"))
         }
         Value::Array(items) => {
@@ -276,6 +269,24 @@ fn text_value(v: &Value) -> String {
         Value::U64(x) => x.to_string(),
         Value::I64(x) => x.to_string(),
     }
+}
+
+/// True when array `v` holds at most 2 x [`TEXT_ARRAY_MAX`] values in all, nested arrays
+/// counted as values too (16 levels of empty arrays print as much as their elements would).
+/// Stops counting past the limit, so it costs O(limit) whatever the array's size.
+fn fits_inline(v: &Value) -> bool {
+    fn count(items: &[Value], left: &mut usize) -> bool {
+        items.iter().all(|it| {
+            *left = left.saturating_sub(1);
+            *left > 0
+                && match it {
+                    Value::Array(inner) => count(inner, left),
+                    _ => true,
+                }
+        })
+    }
+    let mut left = 2 * TEXT_ARRAY_MAX + 1;
+    v.as_array().is_none_or(|items| count(items, &mut left))
 }
 
 fn text_string(x: &str) -> String {
@@ -336,6 +347,12 @@ mod tests {
         assert_eq!(text_value(&Value::I64(i64::MIN)), i64::MIN.to_string());
         let long = Value::Array(vec![Value::I32(0); 129_280]);
         assert_eq!(text_value(&long), "[129280 x INT32]");
+        let nested = Value::Array(vec![Value::Array(vec![Value::U8(1); 16]); 16]);
+        assert_eq!(text_value(&nested), "[16 x ARRAY]");
+        let small = Value::Array(vec![Value::Array(vec![Value::U8(1); 2]); 8]);
+        assert!(text_value(&small).starts_with("[[1, 1], [1, 1]"));
+        let empties = Value::Array(vec![Value::Array(vec![Value::Array(vec![]); 16]); 16]);
+        assert_eq!(text_value(&empties), "[16 x ARRAY]");
         let s = "x".repeat(1000);
         let t = text_value(&Value::String(s));
         assert!(t.ends_with("... (1000 bytes)") && t.len() < 100, "{t}");

@@ -1,6 +1,7 @@
 //! The `ds4` command line. `main` returns an exit code: 0 ok, 1 runtime error, 2 usage error or
-//! bad input (a malformed file). Errors print once, on one line, to stderr; a broken pipe on
-//! stdout counts as success (`ds4 cat … | head`).
+//! bad input (a malformed file, a bad argument). Errors print once, on one line, to stderr
+//! (`ds4: error: …`, usage errors included); a broken pipe on stdout counts as success
+//! (`ds4 cat … | head`); no output path panics (stdout goes through [`out`], never `println!`).
 
 mod cat;
 mod demo;
@@ -8,6 +9,7 @@ mod gen;
 mod inspect;
 
 use clap::{Parser, Subcommand};
+use std::io::Write as _;
 use std::process::ExitCode;
 
 /// Out-of-core weight streaming for DeepSeek V4 Flash GGUF files.
@@ -78,13 +80,58 @@ pub fn is_broken_pipe(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::BrokenPipe
 }
 
+/// Writes `s` to stdout and flushes. `Ok(true)`: written; `Ok(false)`: the reader went away
+/// (`ds4 … | head`), which is success, and the caller should stop producing output. Any other
+/// failure (a full disk behind `>`) is a runtime error. `println!` would panic instead.
+pub fn out(s: &str) -> Result<bool, CliError> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(s.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if is_broken_pipe(&e) => Ok(false),
+        Err(e) => Err(CliError::runtime(format!("writing to stdout: {e}"))),
+    }
+}
+
+/// One line for a clap error: its message with line breaks folded (clap lists missing
+/// arguments on lines of their own), then the usage line, so usage errors keep the one-line
+/// `ds4: error: …` contract.
+fn usage_error_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let usage = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: "))
+        .map(|u| format!(" (usage: {u})"))
+        .unwrap_or_default();
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        // The rendered text is the whole help: say what is missing instead.
+        return format!("missing command{usage}; see ds4 --help");
+    }
+    let first = text.split("\n\n").next().unwrap_or_default();
+    let msg = first.split_whitespace().collect::<Vec<_>>().join(" ");
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
+    format!("{msg}{usage}")
+}
+
+/// Prints `ds4: error: {msg}` on stderr. Ignores a failing stderr: there is nowhere left to
+/// report it, and `eprintln!` would panic (exit 101) instead of returning our exit code.
+fn print_error(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "ds4: error: {msg}");
+}
+
 /// Entry point of the `ds4` binary.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if e.use_stderr() => {
+            print_error(&usage_error_line(&e));
+            return ExitCode::from(2);
+        }
+        // --help / --version: clap prints them to stdout.
         Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+            return match e.print() {
+                Err(err) if !is_broken_pipe(&err) => ExitCode::from(1),
+                _ => ExitCode::SUCCESS,
+            };
         }
     };
     let r = match cli.command {
@@ -96,7 +143,7 @@ pub fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ds4: error: {}", e.message);
+            print_error(&e.message);
             ExitCode::from(e.code)
         }
     }

@@ -68,6 +68,13 @@ pub enum EngineError {
         #[source]
         source: io::Error,
     },
+    /// A reader worker could not start (its own handle failed to open: too many open files,
+    /// the file gone); the io error names the worker and the path.
+    #[error("starting the reader workers: {source}")]
+    Workers {
+        #[source]
+        source: io::Error,
+    },
     #[error("allocating the staging ring ({slots} slots of {slot_bytes} bytes) failed: {source}")]
     Staging {
         slots: usize,

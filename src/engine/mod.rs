@@ -21,6 +21,9 @@ mod request;
 mod stats;
 
 pub use error::EngineError;
+/// The chunk planner, public only for the `plan_chunks` fuzz target and its regression test.
+#[doc(hidden)]
+pub use pipeline::{chunk_count as plan_chunk_count, chunks as plan_chunks};
 pub use request::{ReadRequest, Ticket};
 pub use stats::{Latency, StatsSnapshot};
 
@@ -161,10 +164,7 @@ impl Engine {
                 name: "ds4-read".into(),
             },
         )
-        .map_err(|e| EngineError::Open {
-            path: source.path().to_path_buf(),
-            source: e,
-        })?;
+        .map_err(|source| EngineError::Workers { source })?;
         let shared = Arc::new(Shared {
             source,
             device,

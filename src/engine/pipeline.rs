@@ -47,7 +47,7 @@ pub(crate) struct Pending {
 
 /// Number of chunks `[offset, offset + len)` splits into when chunk boundaries sit at multiples
 /// of `chunk` in file space (so every chunk but the first starts aligned).
-pub(crate) fn chunk_count(offset: u64, len: usize, chunk: usize) -> u64 {
+pub fn chunk_count(offset: u64, len: usize, chunk: usize) -> u64 {
     if len == 0 {
         return 0;
     }
@@ -57,7 +57,7 @@ pub(crate) fn chunk_count(offset: u64, len: usize, chunk: usize) -> u64 {
 }
 
 /// The chunks of one item: (file offset, length, offset into the item).
-fn chunks(offset: u64, len: usize, chunk: usize) -> impl Iterator<Item = (u64, usize, usize)> {
+pub fn chunks(offset: u64, len: usize, chunk: usize) -> impl Iterator<Item = (u64, usize, usize)> {
     let end = offset + len as u64;
     let c = chunk as u64;
     let mut pos = offset;

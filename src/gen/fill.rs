@@ -73,7 +73,88 @@ pub fn parse_list(list: &str) -> Result<Vec<u64>, GenError> {
     Ok(out)
 }
 
+impl Holes {
+    /// The name `--holes` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Holes::None => "none",
+            Holes::Experts => "experts",
+            Holes::All => "all",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Self> {
+        [Holes::None, Holes::Experts, Holes::All]
+            .into_iter()
+            .find(|h| h.as_str() == s)
+    }
+}
+
+/// `[0, 1, 2, 5, 7, 8]` -> `0-2,5,7-8` (what [`parse_list`] reads back).
+pub fn format_list(list: &[u64]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < list.len() {
+        let mut j = i;
+        while j + 1 < list.len() && list[j + 1] == list[j].wrapping_add(1) {
+            j += 1;
+        }
+        parts.push(if i == j {
+            list[i].to_string()
+        } else {
+            format!("{}-{}", list[i], list[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
 impl FillPlan {
+    /// The plan as the generated file records it (metadata `ds4stream.gen.fill`), so a reader
+    /// can tell holes from data: `holes=experts;layers=41-42;experts=0,200,255` (`experts=`
+    /// only when set).
+    pub fn spec(&self) -> String {
+        let mut s = format!(
+            "holes={};layers={}",
+            self.holes.as_str(),
+            format_list(&self.fill_layers)
+        );
+        if let Some(e) = &self.fill_experts {
+            s.push_str(";experts=");
+            s.push_str(&format_list(e));
+        }
+        s
+    }
+
+    /// Parses [`FillPlan::spec`]'s format.
+    pub fn from_spec(spec: &str) -> Result<Self, GenError> {
+        let bad = |why: String| GenError::BadList {
+            list: spec.to_string(),
+            why,
+        };
+        let mut plan = FillPlan::full();
+        let mut holes = None;
+        for part in spec.split(';') {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{part:?} is not key=value")))?;
+            match k {
+                "holes" => {
+                    holes = Some(
+                        Holes::from_name(v)
+                            .ok_or_else(|| bad(format!("unknown holes value {v:?}")))?,
+                    )
+                }
+                "layers" if v.is_empty() => plan.fill_layers.clear(),
+                "layers" => plan.fill_layers = parse_list(v)?,
+                "experts" => plan.fill_experts = Some(parse_list(v)?),
+                _ => return Err(bad(format!("unknown key {k:?}"))),
+            }
+        }
+        plan.holes = holes.ok_or_else(|| bad("no holes= part".to_string()))?;
+        Ok(plan)
+    }
+
     /// Every byte written.
     pub fn full() -> Self {
         Self {

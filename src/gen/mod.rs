@@ -8,7 +8,9 @@
 //!
 //! Holes: a [`FillPlan`] says which tensors (or which experts of routed tensors) are written;
 //! the rest are file holes and read as zeros, not as the generator's bytes.
-//! [`FillPlan::file_bytes`] gives what the file really holds (generator bytes or zeros).
+//! [`FillPlan::file_bytes`] gives what the file really holds (generator bytes or zeros); the
+//! plan is recorded in the file's metadata ([`FILL_KEY`]), so `ds4 demo` can verify a holed
+//! file too.
 //! Zero blocks are valid blocks (scale 0), so a holed file still dequantizes to finite values.
 
 mod blocks;
@@ -17,8 +19,8 @@ mod shape;
 mod write;
 
 pub use blocks::{mix64, supported, tensor_key, Values};
-pub use fill::{parse_list, FillPlan, Holes, Region};
-pub use shape::{Scale, Shape};
+pub use fill::{format_list, parse_list, FillPlan, Holes, Region};
+pub use shape::{Scale, Shape, FILL_KEY};
 pub use write::{plan_layout, write_model, GenSummary};
 
 use crate::gguf::GgmlType;

@@ -9,6 +9,11 @@ use crate::gguf::writer::TensorSpec;
 use crate::gguf::{GgmlType, Value};
 use crate::model::{ExpertKind, ARCH};
 
+use super::FillPlan;
+
+/// The metadata key holding the fill plan ([`FillPlan::spec`]) of a generated file.
+pub const FILL_KEY: &str = "ds4stream.gen.fill";
+
 /// A preset size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scale {
@@ -260,9 +265,9 @@ impl Shape {
     }
 
     /// The metadata, in file order: general.*, deepseek4.*, a generated token list, and the
-    /// generator's own `ds4stream.gen.*` keys (seed and scale, so a file says how to recompute
-    /// its bytes).
-    pub fn metadata(&self, seed: u64) -> Vec<(String, Value)> {
+    /// generator's own `ds4stream.gen.*` keys (seed, scale and fill plan, so a file says how to
+    /// recompute its bytes and which of them are holes).
+    pub fn metadata(&self, seed: u64, plan: &FillPlan) -> Vec<(String, Value)> {
         let u = |x: u64| Value::U32(x as u32);
         let f = Value::F32;
         let k = |s: &str| format!("{ARCH}.{s}");
@@ -340,6 +345,16 @@ impl Shape {
                     .collect(),
             ),
         ));
+        // BPE merges, one per word token ("tok12 3" makes tok123), as the real file carries
+        // (~129k): with them the Flash header, and so every offset, is close to the real size.
+        md.push((
+            "tokenizer.ggml.merges".to_string(),
+            Value::Array(
+                (FIRST_WORD_TOKEN..self.vocab)
+                    .map(|i| Value::String(format!("tok{} {}", i / 10, i % 10)))
+                    .collect(),
+            ),
+        ));
         md.push(("tokenizer.ggml.bos_token_id".to_string(), Value::U32(0)));
         md.push(("tokenizer.ggml.eos_token_id".to_string(), Value::U32(1)));
         md.push(("ds4stream.gen.seed".to_string(), Value::U64(seed)));
@@ -347,16 +362,20 @@ impl Shape {
             "ds4stream.gen.shape".to_string(),
             Value::String(self.name.to_string()),
         ));
+        md.push((FILL_KEY.to_string(), Value::String(plan.spec())));
         md
     }
 }
+
+/// The first generated token that is a plain word (after 2 special and 256 byte tokens).
+const FIRST_WORD_TOKEN: u64 = 258;
 
 /// The text of generated token `i`: special tokens first, then byte tokens, then plain words.
 fn token_text(i: u64) -> String {
     match i {
         0 => "<|begin_of_sentence|>".to_string(),
         1 => "<|end_of_sentence|>".to_string(),
-        2..=257 => format!("<0x{:02X}>", i - 2),
+        2..FIRST_WORD_TOKEN => format!("<0x{:02X}>", i - 2),
         _ => format!("tok{i}"),
     }
 }

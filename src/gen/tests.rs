@@ -10,7 +10,7 @@ fn write_tiny(plan: &FillPlan, seed: u64) -> (Vec<u8>, GenSummary, Generator) {
 #[test]
 fn tiny_file_holds_generator_bytes_at_planned_offsets() {
     let (file, s, gen) = write_tiny(&FillPlan::full(), 42);
-    let layout = plan_layout(&Shape::tiny(), 42).unwrap();
+    let layout = plan_layout(&Shape::tiny(), 42, &FillPlan::full()).unwrap();
     assert_eq!(file.len() as u64, layout.total_len);
     assert_eq!(s.file_len, layout.total_len);
     assert_eq!(s.hole_bytes, 0);
@@ -92,7 +92,7 @@ fn holes_and_partial_experts_match_file_bytes() {
         fill_experts: Some(vec![1, 5, 15]),
     };
     let (file, s, gen) = write_tiny(&plan, 9);
-    let layout = plan_layout(&Shape::tiny(), 9).unwrap();
+    let layout = plan_layout(&Shape::tiny(), 9, &plan).unwrap();
     assert_eq!(file.len() as u64, layout.total_len);
     let eb: u64 = ExpertKind::ALL.iter().map(|&k| gen.expert_bytes(k)).sum();
     assert_eq!(s.written_bytes, 3 * eb);
@@ -189,7 +189,7 @@ fn flash_inventory_matches_the_published_numbers() {
             * 3,
         14_155_776 // 13.5 MiB per expert
     );
-    let layout = plan_layout(&shape, 0).unwrap();
+    let layout = plan_layout(&shape, 0, &FillPlan::full()).unwrap();
     assert_eq!(layout.tensors.len(), inv.len());
     assert_eq!(layout.alignment, 32);
     assert!(layout.total_len > 86_000_000_000 && layout.total_len < 86_800_000_000);
@@ -202,4 +202,246 @@ fn demo_is_big_enough_to_stream() {
     let eb: u64 = ExpertKind::ALL.iter().map(|&k| gen.expert_bytes(k)).sum();
     let experts = eb * s.n_expert * u64::from(s.n_layer);
     assert!(experts > 300 << 20 && experts < 1 << 30, "{experts}");
+}
+
+#[test]
+fn fill_spec_round_trips() {
+    for plan in [
+        FillPlan::full(),
+        FillPlan::with_holes(Holes::Experts),
+        FillPlan {
+            holes: Holes::All,
+            fill_layers: vec![0, 1, 2, 5, 7, 8],
+            fill_experts: Some(vec![3]),
+        },
+        FillPlan {
+            holes: Holes::Experts,
+            fill_layers: vec![],
+            fill_experts: Some((0..256).collect()),
+        },
+    ] {
+        let spec = plan.spec();
+        assert_eq!(FillPlan::from_spec(&spec).unwrap(), plan, "{spec}");
+    }
+    assert_eq!(
+        FillPlan {
+            holes: Holes::All,
+            fill_layers: vec![0, 1, 2, 5, 7, 8],
+            fill_experts: Some((0..256).collect()),
+        }
+        .spec(),
+        "holes=all;layers=0-2,5,7-8;experts=0-255"
+    );
+    for bad in [
+        "",
+        "holes=maybe;layers=",
+        "layers=1",
+        "holes=all;layers=x",
+        "holes=all;x=1",
+    ] {
+        assert!(FillPlan::from_spec(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn metadata_records_the_fill_plan() {
+    let plan = FillPlan::with_holes(Holes::Experts);
+    let md = Shape::tiny().metadata(3, &plan);
+    let v = md.iter().find(|(k, _)| k == FILL_KEY).map(|(_, v)| v);
+    assert_eq!(v.and_then(|v| v.as_str()), Some("holes=experts;layers="));
+    // The plan is part of the header, so it moves the data section.
+    let a = plan_layout(&Shape::tiny(), 3, &FillPlan::full()).unwrap();
+    let b = plan_layout(&Shape::tiny(), 3, &plan).unwrap();
+    assert_eq!(
+        a.header_bytes().len() + "experts".len() - "none".len(),
+        b.header_bytes().len()
+    );
+}
+
+/// The Flash inventory, tensor by tensor, against DS4_TENSORS.md transcribed here with the
+/// Flash constants substituted by hand (so a swapped pair of dims, which keeps every byte
+/// total above intact, still fails): name, type, GGUF dims, and each `when` condition.
+#[test]
+fn flash_inventory_is_the_published_table() {
+    use crate::gguf::GgmlType::{F16, F32, I32, IQ2_XXS, Q2_K, Q8_0};
+    let mut want: std::collections::BTreeMap<String, (GgmlType, Vec<u64>)> = [
+        ("token_embd.weight", F16, vec![4096, 129_280]),
+        ("output_hc_base.weight", F32, vec![4]),
+        ("output_hc_fn.weight", F16, vec![16_384, 4]),
+        ("output_hc_scale.weight", F32, vec![1]),
+        ("output_norm.weight", F32, vec![4096]),
+        ("output.weight", Q8_0, vec![4096, 129_280]),
+    ]
+    .into_iter()
+    .map(|(n, t, d)| (n.to_string(), (t, d)))
+    .collect();
+    for l in 0..43u32 {
+        let r: u64 = if l < 2 {
+            0
+        } else if l % 2 == 0 {
+            4
+        } else {
+            128
+        };
+        let mut rows: Vec<(&str, GgmlType, Vec<u64>)> = vec![
+            ("hc_attn_fn.weight", F16, vec![16_384, 24]),
+            ("hc_attn_scale.weight", F32, vec![3]),
+            ("hc_attn_base.weight", F32, vec![24]),
+            ("attn_norm.weight", F32, vec![4096]),
+            ("attn_q_a.weight", Q8_0, vec![4096, 1024]),
+            ("attn_q_a_norm.weight", F32, vec![1024]),
+            ("attn_q_b.weight", Q8_0, vec![1024, 32_768]),
+            ("attn_kv.weight", Q8_0, vec![4096, 512]),
+            ("attn_kv_a_norm.weight", F32, vec![512]),
+            ("attn_sinks.weight", F32, vec![64]),
+            ("attn_output_a.weight", Q8_0, vec![4096, 8192]),
+            ("attn_output_b.weight", Q8_0, vec![8192, 4096]),
+            ("hc_ffn_fn.weight", F16, vec![16_384, 24]),
+            ("hc_ffn_scale.weight", F32, vec![3]),
+            ("hc_ffn_base.weight", F32, vec![24]),
+            ("ffn_norm.weight", F32, vec![4096]),
+            ("ffn_gate_inp.weight", F16, vec![4096, 256]),
+            ("ffn_gate_exps.weight", IQ2_XXS, vec![4096, 2048, 256]),
+            ("ffn_up_exps.weight", IQ2_XXS, vec![4096, 2048, 256]),
+            ("ffn_down_exps.weight", Q2_K, vec![2048, 4096, 256]),
+            ("ffn_gate_shexp.weight", Q8_0, vec![4096, 2048]),
+            ("ffn_up_shexp.weight", Q8_0, vec![4096, 2048]),
+            ("ffn_down_shexp.weight", Q8_0, vec![2048, 4096]),
+        ];
+        if r == 4 {
+            rows.extend([
+                ("attn_compressor_ape.weight", F16, vec![1024, 4]),
+                ("attn_compressor_kv.weight", F16, vec![4096, 1024]),
+                ("attn_compressor_gate.weight", F16, vec![4096, 1024]),
+                ("attn_compressor_norm.weight", F32, vec![512]),
+                ("indexer.attn_q_b.weight", F16, vec![1024, 8192]),
+                ("indexer.proj.weight", F16, vec![4096, 64]),
+                ("indexer_compressor_ape.weight", F16, vec![256, 4]),
+                ("indexer_compressor_kv.weight", F16, vec![4096, 256]),
+                ("indexer_compressor_gate.weight", F16, vec![4096, 256]),
+                ("indexer_compressor_norm.weight", F32, vec![128]),
+            ]);
+        }
+        if r == 128 {
+            rows.extend([
+                ("attn_compressor_ape.weight", F16, vec![512, 128]),
+                ("attn_compressor_kv.weight", F16, vec![4096, 512]),
+                ("attn_compressor_gate.weight", F16, vec![4096, 512]),
+                ("attn_compressor_norm.weight", F32, vec![512]),
+            ]);
+        }
+        if l < 3 {
+            rows.push(("ffn_gate_tid2eid.weight", I32, vec![6, 129_280]));
+        } else {
+            // "optional" in the table; the generator writes the selection bias where the
+            // router selects (not on the hash layers, whose experts come from tid2eid).
+            rows.push(("exp_probs_b.bias", F32, vec![256]));
+        }
+        for (n, t, d) in rows {
+            assert!(want.insert(format!("blk.{l}.{n}"), (t, d)).is_none());
+        }
+    }
+    let inv = Shape::flash().inventory();
+    let got: std::collections::BTreeMap<String, (GgmlType, Vec<u64>)> = inv
+        .iter()
+        .map(|t| (t.name.clone(), (t.ggml_type, t.dims.clone())))
+        .collect();
+    assert_eq!(got.len(), inv.len(), "duplicate names");
+    for (name, w) in &want {
+        assert_eq!(got.get(name), Some(w), "{name}");
+    }
+    for name in got.keys() {
+        assert!(want.contains_key(name), "{name} is not in the table");
+    }
+    assert_eq!(inv.len(), 1328);
+}
+
+/// The metadata keys the C engine reads (DS4_TENSORS.md / DS4_FACTS.md), with their Flash
+/// values and types, all present in the generated header.
+#[test]
+fn flash_metadata_is_the_published_list() {
+    use crate::gguf::Value::{self, Bool, F32, U32};
+    let md = Shape::flash().metadata(0, &FillPlan::full());
+    let get = |k: &str| {
+        md.iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{k} missing"))
+    };
+    let ratios: Vec<Value> = (0..43u32)
+        .map(|l| {
+            U32(if l < 2 {
+                0
+            } else if l % 2 == 0 {
+                4
+            } else {
+                128
+            })
+        })
+        .collect();
+    for (k, v) in [
+        ("block_count", U32(43)),
+        ("embedding_length", U32(4096)),
+        ("vocab_size", U32(129_280)),
+        ("attention.head_count", U32(64)),
+        ("attention.head_count_kv", U32(1)),
+        ("attention.key_length", U32(512)),
+        ("attention.value_length", U32(512)),
+        ("rope.dimension_count", U32(64)),
+        ("attention.q_lora_rank", U32(1024)),
+        ("attention.output_lora_rank", U32(1024)),
+        ("attention.output_group_count", U32(8)),
+        ("expert_count", U32(256)),
+        ("expert_used_count", U32(6)),
+        ("expert_feed_forward_length", U32(2048)),
+        ("expert_shared_count", U32(1)),
+        ("hash_layer_count", U32(3)),
+        ("expert_group_count", U32(0)),
+        ("expert_group_used_count", U32(0)),
+        ("attention.sliding_window", U32(128)),
+        ("attention.indexer.head_count", U32(64)),
+        ("attention.indexer.key_length", U32(128)),
+        ("attention.indexer.top_k", U32(512)),
+        ("hyper_connection.count", U32(4)),
+        ("hyper_connection.sinkhorn_iterations", U32(20)),
+        ("hyper_connection.epsilon", F32(1e-6)),
+        ("attention.compress_ratios", Value::Array(ratios)),
+        ("swiglu_clamp_exp", Value::Array(vec![F32(10.0); 43])),
+        ("rope.freq_base", F32(10000.0)),
+        ("rope.scaling.original_context_length", U32(65536)),
+        ("rope.scaling.factor", F32(16.0)),
+        ("rope.scaling.yarn_beta_fast", F32(32.0)),
+        ("rope.scaling.yarn_beta_slow", F32(1.0)),
+        ("attention.compress_rope_freq_base", F32(160_000.0)),
+        ("expert_weights_scale", F32(1.5)),
+        ("expert_weights_norm", Bool(true)),
+        ("attention.layer_norm_rms_epsilon", F32(1e-6)),
+    ] {
+        assert_eq!(get(&format!("deepseek4.{k}")), v, "deepseek4.{k}");
+    }
+    assert!(matches!(get("deepseek4.context_length"), U32(n) if n > 0));
+    assert_eq!(
+        get("general.architecture"),
+        Value::String("deepseek4".into())
+    );
+    assert_eq!(get("general.alignment"), U32(32));
+    assert!(matches!(get("general.name"), Value::String(_)));
+    let Value::Array(tokens) = get("tokenizer.ggml.tokens") else {
+        panic!("tokens")
+    };
+    assert_eq!(tokens.len(), 129_280);
+    let Value::Array(merges) = get("tokenizer.ggml.merges") else {
+        panic!("merges")
+    };
+    assert_eq!(merges.len(), 129_280 - 258);
+    assert_eq!(merges[0], Value::String("tok25 8".into()));
+    // With the tokenizer the header is the real file's size to within 1 %: the published file
+    // is 86,720,111,488 bytes.
+    let layout = plan_layout(&Shape::flash(), 0, &FillPlan::with_holes(Holes::Experts)).unwrap();
+    let real = 86_720_111_488f64;
+    assert!(
+        (layout.total_len as f64 - real).abs() / real < 1e-4,
+        "{}",
+        layout.total_len
+    );
 }

@@ -5,9 +5,13 @@ use super::{FillPlan, GenError, Generator, Region, Shape};
 use crate::gguf::writer::{self, GgufWriter, Layout, Sink};
 use crate::model::ExpertKind;
 
-/// The header layout of `shape` with `seed` (tensor offsets, data offset, file length).
-pub fn plan_layout(shape: &Shape, seed: u64) -> Result<Layout, GenError> {
-    Ok(writer::plan(&shape.metadata(seed), &shape.inventory())?)
+/// The header layout of `shape` written with `seed` and `plan` (tensor offsets, data offset,
+/// file length). The plan is part of the metadata, so it moves the data offset.
+pub fn plan_layout(shape: &Shape, seed: u64, plan: &FillPlan) -> Result<Layout, GenError> {
+    Ok(writer::plan(
+        &shape.metadata(seed, plan),
+        &shape.inventory(),
+    )?)
 }
 
 /// What a generation run produced.
@@ -85,7 +89,7 @@ pub fn write_model<W: Sink>(
 ) -> Result<(W, GenSummary), GenError> {
     let shape = gen.shape();
     check_plan(shape, plan)?;
-    let layout = plan_layout(shape, gen.seed())?;
+    let layout = plan_layout(shape, gen.seed(), plan)?;
     let mut summary = GenSummary {
         tensors: layout.tensors.len(),
         file_len: layout.total_len,

@@ -95,6 +95,15 @@ pub enum GgufError {
         at: u64,
     },
 
+    #[error("{what}: string length {len} exceeds the {left} bytes left of cap max_string_bytes={cap} (all header strings together) at byte {at}")]
+    StringBytesOverCap {
+        what: String,
+        len: u64,
+        left: u64,
+        cap: u64,
+        at: u64,
+    },
+
     #[error("{what} is not valid UTF-8 (at byte {at})")]
     InvalidUtf8 { what: String, at: u64 },
 

@@ -12,7 +12,7 @@
 
 use super::error::GgufError;
 use super::source::{FileSource, SliceSource, Source};
-use super::value::{read_string_bytes, read_u32, read_u64, read_value, value_type_name};
+use super::value::{read_string_bytes, read_u32, read_u64, read_value, value_type_name, Budget};
 use super::{Caps, GgmlType, GgufFile, TensorInfo, Value};
 use std::collections::HashMap;
 use std::path::Path;
@@ -98,8 +98,10 @@ fn parse<S: Source>(src: &mut S, caps: &Caps) -> Result<GgufFile, GgufError> {
         kv_at,
     )?;
 
-    let (metadata, alignment) = read_metadata(src, caps, kv_count)?;
-    let raw = read_tensor_infos(src, caps, tensor_count, alignment)?;
+    // One budget for the whole header: metadata strings and tensor names share the string cap.
+    let mut budget = Budget::new(caps);
+    let (metadata, alignment) = read_metadata(src, caps, &mut budget, kv_count)?;
+    let raw = read_tensor_infos(src, caps, &mut budget, tensor_count, alignment)?;
 
     let header_end = src.pos();
     // alignment <= 2^32 and header_end <= the input size, so this cannot overflow for any input
@@ -181,15 +183,15 @@ fn check_count<S: Source>(
 fn read_metadata<S: Source>(
     src: &mut S,
     caps: &Caps,
+    budget: &mut Budget,
     count: u64,
 ) -> Result<(Vec<(String, Value)>, u64), GgufError> {
     let mut metadata = Vec::with_capacity(count.min(256) as usize);
     let mut seen: HashMap<String, u64> = HashMap::new();
-    let mut budget = caps.max_metadata_values;
     let mut alignment = DEFAULT_ALIGNMENT;
     for i in 0..count {
         let at = src.pos();
-        let key_bytes = read_string_bytes(src, caps, || format!("metadata key #{i}"))?;
+        let key_bytes = read_string_bytes(src, caps, budget, || format!("metadata key #{i}"))?;
         let key = String::from_utf8(key_bytes).map_err(|_| GgufError::InvalidUtf8 {
             what: format!("metadata key #{i}"),
             at,
@@ -199,7 +201,7 @@ fn read_metadata<S: Source>(
         }
         let ty_at = src.pos();
         let ty = read_u32(src, "metadata value type")?;
-        let value = read_value(src, caps, &key, ty, ty_at, &mut budget)?;
+        let value = read_value(src, caps, &key, ty, ty_at, budget)?;
         if key == "general.alignment" {
             // gguf-py and llama.cpp both insist on UINT32 here.
             let Value::U32(a) = value else {
@@ -226,6 +228,7 @@ fn read_metadata<S: Source>(
 fn read_tensor_infos<S: Source>(
     src: &mut S,
     caps: &Caps,
+    budget: &mut Budget,
     count: u64,
     alignment: u64,
 ) -> Result<Vec<RawTensor>, GgufError> {
@@ -233,7 +236,7 @@ fn read_tensor_infos<S: Source>(
     let mut seen: HashMap<String, u64> = HashMap::new();
     for i in 0..count {
         let at = src.pos();
-        let name_bytes = read_string_bytes(src, caps, || format!("tensor #{i} name"))?;
+        let name_bytes = read_string_bytes(src, caps, budget, || format!("tensor #{i} name"))?;
         let name = String::from_utf8(name_bytes).map_err(|_| GgufError::InvalidUtf8 {
             what: format!("tensor #{i} name"),
             at,

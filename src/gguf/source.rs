@@ -86,10 +86,16 @@ pub(crate) struct FileSource {
 
 impl FileSource {
     pub(crate) fn open(path: PathBuf) -> Result<Self, GgufError> {
-        let file = File::open(&path).map_err(|source| GgufError::Open {
-            path: path.clone(),
-            source,
-        })?;
+        let file = match open_read(&path) {
+            Ok(f) => f,
+            // Windows refuses to open a directory as a file (ERROR_ACCESS_DENIED, "Access is
+            // denied"), which would blame permissions; say what the path is instead. (On Unix
+            // the open succeeds and the `is_file` check below catches it.)
+            Err(_) if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) => {
+                return Err(GgufError::NotAFile { path });
+            }
+            Err(source) => return Err(GgufError::Open { path, source }),
+        };
         let meta = file.metadata().map_err(|source| GgufError::Open {
             path: path.clone(),
             source,
@@ -106,6 +112,25 @@ impl FileSource {
             size: meta.len(),
         })
     }
+}
+
+/// Opens `path` read-only without blocking on a FIFO: a plain `open(2)` of a FIFO waits for a
+/// writer forever, before the regular-file check above could refuse it. O_NONBLOCK makes that
+/// open return at once; on a regular file it changes nothing (reads of regular files never
+/// return EAGAIN).
+#[cfg(unix)]
+fn open_read(path: &std::path::Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Elsewhere a named pipe cannot sit at a file path and block an open; a plain open is fine.
+#[cfg(not(unix))]
+fn open_read(path: &std::path::Path) -> std::io::Result<File> {
+    File::open(path)
 }
 
 impl Source for FileSource {

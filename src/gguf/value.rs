@@ -75,11 +75,29 @@ read_le!(read_i64, i64);
 read_le!(read_f32, f32);
 read_le!(read_f64, f64);
 
-/// Reads a GGUF string (u64 length + bytes) after checking the length against the cap and the
-/// bytes left. `what` names the string for errors and is only built on failure.
+/// What the rest of the header may still decode: values (each costs a [`Value`] in memory)
+/// and string bytes (each kept in memory). One budget spans the whole header.
+pub(crate) struct Budget {
+    values: u64,
+    string_bytes: u64,
+}
+
+impl Budget {
+    pub(crate) fn new(caps: &Caps) -> Self {
+        Self {
+            values: caps.max_metadata_values,
+            string_bytes: caps.max_string_bytes,
+        }
+    }
+}
+
+/// Reads a GGUF string (u64 length + bytes) after checking the length against the caps (one
+/// string, all strings together) and the bytes left. `what` names the string for errors and is
+/// only built on failure.
 pub(crate) fn read_string_bytes<S: Source>(
     src: &mut S,
     caps: &Caps,
+    budget: &mut Budget,
     what: impl Fn() -> String,
 ) -> Result<Vec<u8>, GgufError> {
     let at = src.pos();
@@ -89,6 +107,15 @@ pub(crate) fn read_string_bytes<S: Source>(
             what: what(),
             len,
             cap: caps.max_string,
+            at,
+        });
+    }
+    if len > budget.string_bytes {
+        return Err(GgufError::StringBytesOverCap {
+            what: what(),
+            len,
+            left: budget.string_bytes,
+            cap: caps.max_string_bytes,
             at,
         });
     }
@@ -110,6 +137,8 @@ pub(crate) fn read_string_bytes<S: Source>(
     })?;
     let mut buf = vec![0u8; len];
     src.read_exact(&mut buf, "string bytes")?;
+    // len <= string_bytes was checked above.
+    budget.string_bytes -= buf.len() as u64;
     Ok(buf)
 }
 
@@ -121,18 +150,18 @@ struct Frame {
 }
 
 /// Reads the value of type `ty` (whose type field was at `ty_at`) for metadata key `key`.
-/// `budget` is the number of values the rest of the header may still decode.
+/// `budget` is what the rest of the header may still decode.
 pub(crate) fn read_value<S: Source>(
     src: &mut S,
     caps: &Caps,
     key: &str,
     ty: u32,
     ty_at: u64,
-    budget: &mut u64,
+    budget: &mut Budget,
 ) -> Result<Value, GgufError> {
     take_budget(budget, 1, caps, key, ty_at)?;
     if ty != T_ARRAY {
-        return read_scalar(src, caps, key, ty, ty_at);
+        return read_scalar(src, caps, budget, key, ty, ty_at);
     }
     let mut stack: Vec<Frame> = Vec::with_capacity(4);
     stack.push(open_array(src, caps, key, 1, budget)?);
@@ -164,14 +193,21 @@ pub(crate) fn read_value<S: Source>(
             stack.push(frame);
         } else {
             let at = src.pos();
-            let v = read_scalar(src, caps, key, top.elem, at)?;
+            let v = read_scalar(src, caps, budget, key, top.elem, at)?;
             top.items.push(v);
         }
     }
 }
 
-fn take_budget(budget: &mut u64, n: u64, caps: &Caps, key: &str, at: u64) -> Result<(), GgufError> {
-    *budget = budget
+fn take_budget(
+    budget: &mut Budget,
+    n: u64,
+    caps: &Caps,
+    key: &str,
+    at: u64,
+) -> Result<(), GgufError> {
+    budget.values = budget
+        .values
         .checked_sub(n)
         .ok_or_else(|| GgufError::TooManyValues {
             key: key.to_owned(),
@@ -189,7 +225,7 @@ fn open_array<S: Source>(
     caps: &Caps,
     key: &str,
     depth: u64,
-    budget: &mut u64,
+    budget: &mut Budget,
 ) -> Result<Frame, GgufError> {
     let at = src.pos();
     if depth > 1 {
@@ -227,7 +263,7 @@ fn open_array<S: Source>(
     // Nested arrays charge themselves when opened; scalar elements are charged all at once.
     if elem != T_ARRAY {
         take_budget(budget, len, caps, key, len_at)?;
-    } else if len > *budget {
+    } else if len > budget.values {
         return Err(GgufError::TooManyValues {
             key: key.to_owned(),
             cap: caps.max_metadata_values,
@@ -246,6 +282,7 @@ fn open_array<S: Source>(
 fn read_scalar<S: Source>(
     src: &mut S,
     caps: &Caps,
+    budget: &mut Budget,
     key: &str,
     ty: u32,
     at: u64,
@@ -264,7 +301,8 @@ fn read_scalar<S: Source>(
         T_INT64 => Value::I64(read_i64(src, "INT64 value")?),
         T_FLOAT64 => Value::F64(read_f64(src, "FLOAT64 value")?),
         T_STRING => {
-            let bytes = read_string_bytes(src, caps, || format!("metadata key {key:?} value"))?;
+            let bytes =
+                read_string_bytes(src, caps, budget, || format!("metadata key {key:?} value"))?;
             // String values are data, not identifiers: invalid UTF-8 (seen in some tokenizer
             // vocabularies) is kept readable with U+FFFD rather than rejecting the model.
             Value::String(match String::from_utf8(bytes) {

@@ -101,7 +101,8 @@ impl TensorSpec {
         }
     }
 
-    /// Bytes of this tensor's data, checked: dims 1..=4, dim0 a multiple of the block size.
+    /// Bytes of this tensor's data, checked: dims 1..=4, none 0, dim0 a multiple of the block
+    /// size.
     pub fn nbytes(&self) -> Result<u64, WriteError> {
         let bad = |why: String| WriteError::BadTensor {
             name: self.name.clone(),
@@ -112,6 +113,10 @@ impl TensorSpec {
                 "{} dims (1..={MAX_DIMS} allowed)",
                 self.dims.len()
             )));
+        }
+        if let Some(i) = self.dims.iter().position(|&d| d == 0) {
+            // The parser rejects empty tensors as hostile: never write one.
+            return Err(bad(format!("dim {i} is 0")));
         }
         let be = self.ggml_type.block_elems();
         if self.dims[0] % be != 0 {

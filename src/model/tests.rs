@@ -2,7 +2,9 @@ use super::*;
 use crate::gen::{plan_layout, Shape};
 
 fn file_for(shape: &Shape) -> GgufFile {
-    plan_layout(shape, 0).unwrap().expected_file()
+    plan_layout(shape, 0, &crate::gen::FillPlan::full())
+        .unwrap()
+        .expected_file()
 }
 
 fn tensor_mut<'a>(f: &'a mut GgufFile, name: &str) -> &'a mut TensorInfo {

@@ -16,7 +16,7 @@ pub(crate) use unix::SharedFile;
 #[cfg(windows)]
 mod windows;
 #[cfg(windows)]
-pub(crate) use windows::SharedFile;
+pub(crate) use windows::{mark_sparse, SharedFile};
 
 use std::io;
 

@@ -37,7 +37,7 @@ pub(crate) struct SharedFile {
 impl SharedFile {
     /// Opens `path` once to learn its length and identity. Only regular files are accepted.
     pub(crate) fn open(path: &Path) -> io::Result<(Self, u64)> {
-        let f = File::open(path)?;
+        let f = open_read(path, 0)?;
         let md = f.metadata()?;
         if !md.is_file() {
             return Err(io::Error::new(
@@ -56,10 +56,21 @@ impl SharedFile {
 
     /// Opens a new, independent fd on the same file for one worker.
     pub(crate) fn open_handle(&self, path: &Path, cfg: &OpenConfig) -> io::Result<Box<dyn ReadAt>> {
-        let file = File::open(path)?;
+        let file = open_read(path, 0)?;
         check_same_file(&file, self.dev, self.ino)?;
         Ok(Box::new(UnixHandle::new(path, file, self, cfg)))
     }
+}
+
+/// Opens read-only with extra `flags`. O_NONBLOCK makes opening a FIFO (a hostile or replaced
+/// path) return at once instead of waiting for a writer, so the regular-file / same-file check
+/// that follows can refuse it; on regular files it changes nothing.
+fn open_read(path: &Path, flags: libc::c_int) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | flags)
+        .open(path)
 }
 
 /// Refuses an fd whose file is not the one [`SharedFile::open`] saw.
@@ -335,17 +346,13 @@ fn pread_once(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
 /// Opens the unbuffered fd.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn open_direct(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
+    open_read(path, libc::O_DIRECT)
 }
 
 /// Opens the unbuffered fd: a plain fd with the page cache turned off for it.
 #[cfg(target_vendor = "apple")]
 fn open_direct(path: &Path) -> io::Result<File> {
-    let f = File::open(path)?;
+    let f = open_read(path, 0)?;
     // SAFETY: fcntl on an fd owned by `f`; F_NOCACHE takes an int argument and touches no memory.
     if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_NOCACHE, 1) } == -1 {
         return Err(io::Error::last_os_error());
@@ -476,6 +483,14 @@ mod tests {
     #[test]
     fn non_regular_files_are_refused() {
         let e = SharedFile::open(Path::new("/")).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        // A FIFO with no writer: refused at once, not waited on.
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = SharedFile::open(&fifo).err().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
 }

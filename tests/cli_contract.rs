@@ -1,0 +1,699 @@
+//! The command-line contract of every binary, checked on the built executables as a hostile
+//! user would probe them: exit 0 ok, 1 runtime error, 2 usage error or bad input; on failure
+//! exactly one `ds4: error: …` line on stderr and nothing else; never a panic (exit 101) or a
+//! signal; a closed stdout is success; malformed input fails fast with bounded memory (measured
+//! with wait4's max RSS of the child, not trusted from the program).
+//!
+//! Linux only: the probes use Linux devices (/dev/zero, /dev/full), FIFOs, device nodes, /proc
+//! and wait4's rusage.
+#![cfg(target_os = "linux")]
+
+mod gen_util;
+
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What one run of a binary did.
+#[derive(Debug)]
+struct Run {
+    /// Exit status, or None when killed by a signal.
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+    /// Peak resident set of the child, KiB (wait4's ru_maxrss).
+    max_rss_kib: i64,
+    secs: f64,
+}
+
+/// Hang guard for runs that must be quick (hostile input, bad arguments). Generous: it catches
+/// a hang or a read of gigabytes, not a slow machine.
+const QUICK: Duration = Duration::from_secs(10);
+
+fn ds4_path() -> &'static str {
+    env!("CARGO_BIN_EXE_ds4")
+}
+
+fn ds4(args: &[&str]) -> Command {
+    let mut c = Command::new(ds4_path());
+    c.args(args);
+    c
+}
+
+/// Runs `cmd` (stdin closed; stdout piped unless already set) and reaps it with wait4 to get
+/// its own peak RSS. A run longer than `limit` is killed and fails the test as a hang.
+// The child is reaped by wait4 below (std's wait would not give its rusage).
+#[allow(clippy::zombie_processes)]
+fn run(cmd: &mut Command, limit: Duration, stdout: Option<Stdio>) -> Run {
+    cmd.stdin(Stdio::null()).stderr(Stdio::piped());
+    cmd.stdout(stdout.unwrap_or_else(Stdio::piped));
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn");
+    let pid = child.id() as libc::pid_t;
+    let reader = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    };
+    let out = child.stdout.take().map(|s| reader(Box::new(s)));
+    let err = child.stderr.take().map(|s| reader(Box::new(s)));
+    let mut status = 0;
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child's pid with valid pointers to locals; the child is not
+        // waited anywhere else (std's Child does not wait on drop).
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        assert!(r >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if r == pid {
+            break;
+        }
+        if start.elapsed() > limit {
+            // SAFETY: signalling and reaping our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::wait4(pid, &mut status, 0, &mut ru);
+            }
+            panic!("{cmd:?} still running after {limit:?}: hung");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let (code, signal) = if libc::WIFEXITED(status) {
+        (Some(libc::WEXITSTATUS(status)), None)
+    } else {
+        (None, Some(libc::WTERMSIG(status)))
+    };
+    let r = Run {
+        code,
+        signal,
+        stdout: out.map(|t| t.join().unwrap()).unwrap_or_default(),
+        stderr: String::from_utf8_lossy(&err.map(|t| t.join().unwrap()).unwrap_or_default())
+            .into_owned(),
+        max_rss_kib: ru.ru_maxrss,
+        secs,
+    };
+    assert!(r.signal.is_none(), "{cmd:?} killed by signal: {r:?}");
+    assert_ne!(r.code, Some(101), "{cmd:?} panicked: {}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{cmd:?}: {}", r.stderr);
+    r
+}
+
+fn quick(args: &[&str]) -> Run {
+    run(&mut ds4(args), QUICK, None)
+}
+
+/// Asserts a failure with `code`: one `ds4: error: ` line naming `needle`, nothing on stdout.
+/// Returns the line.
+fn fails(r: &Run, code: i32, needle: &str) -> String {
+    assert_eq!(r.code, Some(code), "{r:?}");
+    assert_eq!(r.stderr.lines().count(), 1, "not one line: {:?}", r.stderr);
+    assert!(r.stderr.starts_with("ds4: error: "), "{:?}", r.stderr);
+    assert!(
+        r.stderr.contains(needle),
+        "{needle:?} not in {:?}",
+        r.stderr
+    );
+    assert!(
+        r.stdout.is_empty(),
+        "stdout: {:?}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+    r.stderr.trim_end().to_string()
+}
+
+fn ok(r: &Run) {
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stderr.is_empty(), "{:?}", r.stderr);
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A tiny generated model in its own directory.
+fn tiny() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny.gguf");
+    gen_util::gen_model(&p, &["--scale", "tiny", "--seed", "3"]);
+    (dir, p)
+}
+
+/// A stdout whose reader is already gone: every write fails with EPIPE at once, so a broken
+/// pipe is hit deterministically (no race with a `head` that may read everything first).
+fn closed_pipe() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two fresh fds into the array; each is owned exactly once below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[0] / fds[1] are open and owned by nobody else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    Stdio::from(write)
+}
+
+/// A file at /dev/full: every write fails with ENOSPC.
+fn dev_full() -> Stdio {
+    Stdio::from(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap(),
+    )
+}
+
+// ---- bad paths ----
+
+#[test]
+fn unusable_paths_exit_2_for_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let missing = d.join("missing.gguf");
+    let empty = d.join("empty.gguf");
+    std::fs::write(&empty, b"").unwrap();
+    let fifo = d.join("fifo.gguf");
+    let c = std::ffi::CString::new(s(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let cases: [(&Path, &str); 5] = [
+        (&missing, "cannot open"),
+        (d, "not a regular file"),
+        (&empty, "truncated"),
+        (Path::new("/dev/zero"), "not a regular file"),
+        // Opening a FIFO for reading waits for a writer: this hung before it was refused.
+        (&fifo, "not a regular file"),
+    ];
+    for (p, why) in cases {
+        let ps = s(p);
+        let mut commands = vec![
+            vec!["inspect", ps],
+            vec!["inspect", ps, "--json"],
+            vec!["cat", ps, "token_embd.weight"],
+        ];
+        // (demo generates its model at a path that does not exist yet: not an error.)
+        if p != missing {
+            commands.push(vec!["demo", "--model", ps, "--tokens", "1"]);
+        }
+        for args in commands {
+            let line = fails(&quick(&args), 2, why);
+            assert!(line.contains(ps), "{args:?}: {line}");
+        }
+    }
+}
+
+#[test]
+fn truncated_and_corrupt_files_exit_2() {
+    let (dir, p) = tiny();
+    let bytes = std::fs::read(&p).unwrap();
+    // Inside the magic, the counts, the metadata, the tensor table, and the data.
+    for (i, cut) in [3usize, 20, 1000, 40_000, bytes.len() / 2, bytes.len() - 1]
+        .into_iter()
+        .enumerate()
+    {
+        let q = dir.path().join(format!("cut{i}.gguf"));
+        std::fs::write(&q, &bytes[..cut]).unwrap();
+        for args in [
+            vec!["inspect", s(&q)],
+            vec!["cat", s(&q), "output.weight"],
+            vec!["demo", "--model", s(&q)],
+        ] {
+            fails(&quick(&args), 2, s(&q));
+        }
+    }
+    let mut bad = bytes.clone();
+    bad[..4].copy_from_slice(b"GGML");
+    let q = dir.path().join("magic.gguf");
+    std::fs::write(&q, &bad).unwrap();
+    fails(&quick(&["inspect", s(&q)]), 2, "not a GGUF file");
+}
+
+/// A tensor count that passes the "can the rest of the file hold it" check, and one far over
+/// the cap: both refused at once, without memory proportional to the claim.
+#[test]
+fn lying_tensor_count_fails_fast_with_bounded_memory() {
+    let (dir, p) = tiny();
+    let bytes = std::fs::read(&p).unwrap();
+    let kv = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+    let plausible = (bytes.len() as u64 - 24 - kv * 13) / 32;
+    for count in [plausible, 60_000, 1 << 62, u64::MAX] {
+        let mut b = bytes.clone();
+        b[8..16].copy_from_slice(&count.to_le_bytes());
+        let q = dir.path().join("lying.gguf");
+        std::fs::write(&q, &b).unwrap();
+        for args in [vec!["inspect", s(&q), "--json"], vec!["cat", s(&q), "x"]] {
+            let r = quick(&args);
+            fails(&r, 2, "at byte");
+            assert!(r.max_rss_kib < 64 << 10, "{count}: {} KiB", r.max_rss_kib);
+            assert!(r.secs < 5.0, "{count}: {} s", r.secs);
+        }
+    }
+}
+
+/// A 32 GiB sparse file (a few KiB on disk) whose header is 2,000 strings of 16 MiB: each
+/// string is under the per-string cap and inside the file, so only the cap on all header
+/// strings together stops it. It took 17 GB of memory and over a minute before.
+#[test]
+fn sparse_file_of_huge_strings_is_refused_with_bounded_memory() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let q = dir.path().join("sparse.gguf");
+    let mut f = std::fs::File::create(&q).unwrap();
+    let (n, len) = (2000u64, 1u64 << 24);
+    let mut h = Vec::new();
+    h.extend_from_slice(b"GGUF");
+    h.extend_from_slice(&3u32.to_le_bytes());
+    h.extend_from_slice(&0u64.to_le_bytes());
+    h.extend_from_slice(&1u64.to_le_bytes());
+    h.extend_from_slice(&1u64.to_le_bytes());
+    h.extend_from_slice(b"k");
+    h.extend_from_slice(&9u32.to_le_bytes()); // ARRAY
+    h.extend_from_slice(&8u32.to_le_bytes()); // of STRING
+    h.extend_from_slice(&n.to_le_bytes());
+    f.write_all(&h).unwrap();
+    let mut pos = h.len() as u64;
+    for _ in 0..n {
+        f.seek(SeekFrom::Start(pos)).unwrap();
+        f.write_all(&len.to_le_bytes()).unwrap();
+        pos += 8 + len;
+    }
+    f.set_len(pos).unwrap();
+    drop(f);
+    let r = quick(&["inspect", s(&q)]);
+    fails(&r, 2, "max_string_bytes");
+    assert!(r.max_rss_kib < 512 << 10, "{} KiB", r.max_rss_kib);
+}
+
+// ---- bad arguments ----
+
+#[test]
+fn bad_arguments_exit_2_with_one_line() {
+    let (_d, p) = tiny();
+    let p = s(&p);
+    let cases: &[(&[&str], &str)] = &[
+        (&[], "missing command"),
+        (&["bogus"], "unrecognized subcommand"),
+        (&["inspect"], "required"),
+        (&["inspect", p, "--bogus"], "--bogus"),
+        (&["cat", p], "required"),
+        (
+            &["cat", p, "no.such.tensor"],
+            "no tensor \"no.such.tensor\"",
+        ),
+        (
+            &["cat", p, "blk.1.ffn_up_exps.weight", "--expert", "16"],
+            "expert 16 out of range",
+        ),
+        (
+            &["cat", p, "blk.1.ffn_up_exps.weight", "--expert", "-1"],
+            "'-1'",
+        ),
+        (
+            &[
+                "cat",
+                p,
+                "blk.1.ffn_up_exps.weight",
+                "--expert",
+                "99999999999999999999",
+            ],
+            "--expert",
+        ),
+        (
+            &["cat", p, "output.weight", "--expert", "0"],
+            "not a routed expert tensor",
+        ),
+        (
+            &[
+                "cat",
+                p,
+                "output.weight",
+                "--range",
+                "18446744073709551615:1",
+            ],
+            "past the end",
+        ),
+        (
+            &[
+                "cat",
+                p,
+                "output.weight",
+                "--range",
+                "1:18446744073709551615",
+            ],
+            "exceeds",
+        ),
+        (
+            &[
+                "cat",
+                p,
+                "output.weight",
+                "--range",
+                "0x1:0x1ffffffffffffffff",
+            ],
+            "bad LEN",
+        ),
+        (&["cat", p, "output.weight", "--range", "1-2"], "START:LEN"),
+        (
+            &["gen-model", "x.gguf", "--scale", "tiny", "--seed", "abc"],
+            "--seed",
+        ),
+        (
+            &["gen-model", "x.gguf", "--scale", "tiny", "--seed", "-1"],
+            "'-1'",
+        ),
+        (&["gen-model", "x.gguf", "--scale", "huge"], "--scale"),
+        (&["gen-model", "x.gguf"], "--scale"),
+        (
+            &[
+                "gen-model",
+                "x.gguf",
+                "--scale",
+                "tiny",
+                "--fill-layers",
+                "0-99999999",
+            ],
+            "entries",
+        ),
+        (&["demo", "--model", p, "--tokens", "0"], "--tokens"),
+        (&["demo", "--model", p, "--workers", "0"], "--workers"),
+        (&["demo", "--model", p, "--workers", "1025"], "--workers"),
+        (
+            &["demo", "--model", p, "--workers", "18446744073709551616"],
+            "--workers",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (args, needle) in cases {
+        let r = run(ds4(args).current_dir(dir.path()), QUICK, None);
+        fails(&r, 2, needle);
+    }
+    // Nothing was written by the refused gen-model runs.
+    assert_eq!(gen_util::dir_names(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["cat", "--help"],
+        &["demo", "-h"],
+    ] {
+        let r = quick(args);
+        ok(&r);
+        assert!(!r.stdout.is_empty());
+    }
+    // Help into a closed pipe is still success; into a full disk it is a runtime error.
+    ok(&run(&mut ds4(&["--help"]), QUICK, Some(closed_pipe())));
+    let r = run(&mut ds4(&["--help"]), QUICK, Some(dev_full()));
+    assert_eq!(r.code, Some(1), "{r:?}");
+}
+
+#[test]
+fn ds4_bench_bad_flags_exit_2() {
+    for args in [&["--bogus"][..], &["--workers", "x"], &["no-such-bench"]] {
+        let r = run(
+            Command::new(env!("CARGO_BIN_EXE_ds4-bench")).args(args),
+            QUICK,
+            None,
+        );
+        assert_eq!(r.code, Some(2), "{args:?}: {r:?}");
+        assert!(!r.stderr.is_empty(), "{args:?}: says nothing");
+    }
+}
+
+// ---- outputs ----
+
+#[test]
+fn gen_model_never_replaces_a_directory_device_or_fifo() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sub = d.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let fifo = d.join("fifo");
+    let node = d.join("null");
+    let (cf, cn) = (
+        std::ffi::CString::new(s(&fifo)).unwrap(),
+        std::ffi::CString::new(s(&node)).unwrap(),
+    );
+    // SAFETY: valid NUL-terminated paths.
+    assert_eq!(unsafe { libc::mkfifo(cf.as_ptr(), 0o644) }, 0);
+    // A character device like /dev/null (1, 3) needs CAP_MKNOD: checked when we have it.
+    // SAFETY: as above.
+    let have_node =
+        unsafe { libc::mknod(cn.as_ptr(), libc::S_IFCHR | 0o644, libc::makedev(1, 3)) } == 0;
+    let mut targets = vec![sub.clone(), fifo.clone()];
+    if have_node {
+        targets.push(node.clone());
+    }
+    for t in &targets {
+        for force in [false, true] {
+            let mut args = vec!["gen-model", s(t), "--scale", "tiny"];
+            if force {
+                args.push("--force");
+            }
+            fails(&quick(&args), 2, "not a regular file");
+        }
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    if have_node {
+        assert!(std::fs::metadata(&node)
+            .unwrap()
+            .file_type()
+            .is_char_device());
+    }
+    assert!(std::fs::metadata(&sub).unwrap().is_dir());
+    let trailing = format!("{}/", s(&d.join("new.gguf")));
+    fails(
+        &quick(&["gen-model", &trailing, "--scale", "tiny"]),
+        2,
+        "not a file path",
+    );
+    let through_file = d.join("file");
+    std::fs::write(&through_file, b"x").unwrap();
+    fails(
+        &quick(&[
+            "gen-model",
+            s(&through_file.join("m.gguf")),
+            "--scale",
+            "tiny",
+        ]),
+        2,
+        "Not a directory",
+    );
+    let mut want = vec!["fifo", "file", "sub"];
+    if have_node {
+        want.insert(2, "null");
+    }
+    assert_eq!(gen_util::dir_names(d), want);
+}
+
+#[test]
+fn unwritable_output_is_a_runtime_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for out in [
+        dir.path().join("no/such/dir/m.gguf"),
+        // Nobody, root included, can create files in /proc.
+        PathBuf::from("/proc/ds4-contract-test.gguf"),
+    ] {
+        fails(
+            &quick(&["gen-model", s(&out), "--scale", "tiny"]),
+            1,
+            "cannot write",
+        );
+        assert!(!out.exists());
+    }
+}
+
+/// A small file system that fills up: a tmpfs of 8 MiB where we may mount one (root), else a
+/// file size limit (RLIMIT_FSIZE, SIGXFSZ ignored, so writes fail with EFBIG).
+struct Full {
+    dir: tempfile::TempDir,
+    mounted: bool,
+}
+
+impl Full {
+    fn new() -> Full {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        Full { dir, mounted }
+    }
+
+    /// Runs `ds4 args` (stdout to `stdout_file` under the small fs if given) under the limit.
+    fn run(&self, args: &[&str], stdout_file: Option<&str>) -> Run {
+        let mut script = String::from("trap '' XFSZ; ");
+        if !self.mounted {
+            script.push_str("ulimit -f 4096; ");
+        }
+        script.push_str("exec \"$0\" \"$@\"");
+        if let Some(f) = stdout_file {
+            script.push_str(&format!(" > '{}'", self.dir.path().join(f).display()));
+        }
+        let mut c = Command::new("bash");
+        c.arg("-c").arg(script).arg(ds4_path()).args(args);
+        run(&mut c, Duration::from_secs(60), None)
+    }
+}
+
+impl Drop for Full {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(self.dir.path()).status();
+        }
+    }
+}
+
+#[test]
+fn full_file_system_is_a_one_line_runtime_error() {
+    let full = Full::new();
+    let out = full.dir.path().join("m.gguf");
+    // gen-model of the demo model (540 MiB) into it: fails, removes its temporary file.
+    let r = full.run(&["gen-model", s(&out), "--scale", "demo"], None);
+    let line = fails(&r, 1, "cannot write");
+    assert!(
+        line.contains("No space left on device") || line.contains("File too large"),
+        "{line}"
+    );
+    assert_eq!(gen_util::dir_names(full.dir.path()), Vec::<String>::new());
+
+    // cat of 16 MiB (zeros from a sparse flash file) into a file there.
+    let src = tempfile::tempdir().unwrap();
+    let flash = src.path().join("flash.gguf");
+    gen_util::gen_model(&flash, &["--scale", "flash", "--holes", "all"]);
+    let r = full.run(
+        &[
+            "cat",
+            s(&flash),
+            "blk.0.ffn_gate_exps.weight",
+            "--range",
+            "0:16777216",
+        ],
+        Some("out.bin"),
+    );
+    let line = fails(&r, 1, "writing");
+    assert!(
+        line.contains("No space left on device") || line.contains("File too large"),
+        "{line}"
+    );
+}
+
+#[test]
+fn full_stdout_is_a_runtime_error_for_every_command() {
+    let (_d, p) = tiny();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("g.gguf");
+    for args in [
+        vec!["inspect", s(&p)],
+        vec!["inspect", s(&p), "--json"],
+        vec!["cat", s(&p), "output.weight"],
+        vec!["gen-model", s(&out), "--scale", "tiny"],
+        vec!["demo", "--model", s(&p), "--tokens", "1"],
+        vec!["demo", "--model", s(&p), "--tokens", "1", "--json"],
+    ] {
+        let r = run(&mut ds4(&args), QUICK, Some(dev_full()));
+        fails(&r, 1, "No space left on device");
+    }
+    // With stderr unusable too, the exit code still tells (eprintln! used to panic: 101).
+    let r = run(
+        Command::new("bash").args([
+            "-c",
+            "exec \"$0\" inspect /nonexistent 2>/dev/full",
+            ds4_path(),
+        ]),
+        QUICK,
+        None,
+    );
+    assert_eq!(r.code, Some(2), "{r:?}");
+}
+
+#[test]
+fn closed_stdout_is_success_for_every_command() {
+    let (d, p) = tiny();
+    let out = d.path().join("g.gguf");
+    for args in [
+        vec!["inspect", s(&p)],
+        vec!["inspect", s(&p), "--json"],
+        vec!["cat", s(&p), "blk.2.ffn_down_exps.weight"],
+        vec!["gen-model", s(&out), "--scale", "tiny"],
+        vec!["demo", "--model", s(&p), "--tokens", "2"],
+        vec!["demo", "--model", s(&p), "--tokens", "2", "--json"],
+    ] {
+        ok(&run(&mut ds4(&args), QUICK, Some(closed_pipe())));
+    }
+    // And through a real `head -c 1`.
+    let r = run(
+        Command::new("bash").args([
+            "-c",
+            "\"$0\" cat \"$1\" blk.2.ffn_down_exps.weight | head -c 1 >/dev/null; \
+             exit ${PIPESTATUS[0]}",
+            ds4_path(),
+            s(&p),
+        ]),
+        QUICK,
+        None,
+    );
+    ok(&r);
+}
+
+// ---- demo on files it cannot use ----
+
+#[test]
+fn demo_on_a_non_ds4_gguf_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = dir.path().join("llama.gguf");
+    let script = "import sys, numpy as np, gguf\n\
+                  w = gguf.GGUFWriter(sys.argv[1], 'llama')\n\
+                  w.add_block_count(2)\n\
+                  w.add_tensor('tok', np.zeros((4, 8), dtype=np.float32))\n\
+                  w.write_header_to_file(); w.write_kv_data_to_file()\n\
+                  w.write_tensors_to_file(); w.close()\n";
+    let o = Command::new(gen_util::python())
+        .args(["-c", script, s(&q)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for args in [
+        vec!["demo", "--model", s(&q)],
+        vec!["demo", "--model", s(&q), "--no-verify"],
+        vec!["cat", s(&q), "tok", "--expert", "0"],
+    ] {
+        fails(&quick(&args), 2, "general.architecture is \"llama\"");
+    }
+    // inspect works on any GGUF and says why it is not DS4.
+    let r = quick(&["inspect", s(&q)]);
+    ok(&r);
+    assert!(String::from_utf8_lossy(&r.stdout).contains("not a DS4 model"));
+}
+
+#[test]
+fn demo_worker_counts() {
+    let (_d, p) = tiny();
+    // The cap itself works (1024 threads, each with its own handle) where the fd limit allows.
+    let r = quick(&[
+        "demo",
+        "--model",
+        s(&p),
+        "--tokens",
+        "1",
+        "--workers",
+        "1024",
+    ]);
+    match r.code {
+        Some(0) => assert!(r.stderr.is_empty(), "{r:?}"),
+        _ => {
+            fails(&r, 1, "Too many open files");
+        }
+    }
+    let r = quick(&["demo", "--model", s(&p), "--tokens", "1", "--workers", "1"]);
+    ok(&r);
+    assert!(String::from_utf8_lossy(&r.stdout).contains("all correct"));
+}
