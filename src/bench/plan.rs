@@ -12,7 +12,7 @@
 //! [`Plan::final_segments`] says which file bytes the destination must hold after a run, which is
 //! what the verifier checks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Bytes of one q2 DS4 expert (gate + up + down).
 pub const EXPERT_BYTES: u64 = 7_077_888;
@@ -20,6 +20,9 @@ pub const EXPERT_BYTES: u64 = 7_077_888;
 pub const EXPERT_SLICES: [u64; 3] = [2_162_688, 2_162_688, 2_752_512];
 /// Routed experts used per token.
 pub const EXPERTS_PER_TOKEN: u64 = 6;
+/// Most tokens one expert plan holds (18 requests each: ~170 MB of plan at the cap, 7.4 TB
+/// of reads): a larger `--total` is refused rather than allocated.
+pub const MAX_TOKENS: u64 = 400_000;
 
 /// Access pattern of a run.
 #[derive(
@@ -87,6 +90,10 @@ pub enum PlanError {
         need: u64,
         what: &'static str,
     },
+    #[error(
+        "--total needs {requests} requests in one plan, more than the cap of {cap}: lower --total"
+    )]
+    TooManyRequests { requests: u64, cap: u64 },
     #[error("plan bug: {0}")]
     Inconsistent(String),
 }
@@ -193,13 +200,24 @@ impl Plan {
             });
         }
         let slots = cap_slots.min(tokens * EXPERTS_PER_TOKEN);
-        // Fisher-Yates over expert ids; only the first tokens*6 are used.
-        let mut order: Vec<u64> = (0..n_experts).collect();
+        if tokens > MAX_TOKENS {
+            return Err(PlanError::TooManyRequests {
+                requests: tokens.saturating_mul(18),
+                cap: MAX_TOKENS * 18,
+            });
+        }
+        // The first tokens*6 steps of a Fisher-Yates shuffle of all expert ids, kept sparse
+        // (only swapped positions are stored) so a huge file costs memory only for what is read.
+        let mut swapped: HashMap<u64, u64> = HashMap::new();
         let mut rng = SplitMix(seed);
-        let used = (tokens * EXPERTS_PER_TOKEN) as usize;
+        let used = tokens * EXPERTS_PER_TOKEN;
+        let mut order = Vec::with_capacity(used as usize);
         for i in 0..used {
-            let j = i + rng.below((order.len() - i) as u64) as usize;
-            order.swap(i, j);
+            let j = i + rng.below(n_experts - i);
+            let at_j = swapped.get(&j).copied().unwrap_or(j);
+            let at_i = swapped.get(&i).copied().unwrap_or(i);
+            swapped.insert(j, at_i);
+            order.push(at_j);
         }
         let mut batches = Vec::with_capacity(tokens as usize);
         for t in 0..tokens {
@@ -399,6 +417,27 @@ mod tests {
         // Total beyond the file: capped, every expert at most once.
         let p = Plan::expert(13 * EXPERT_BYTES, 1 << 40, 1 << 40, 0).unwrap();
         assert_eq!(p.batches.len(), 2);
+    }
+
+    #[test]
+    fn expert_plan_on_a_huge_file_allocates_only_what_it_reads() {
+        let p = Plan::expert(1 << 50, 60 * EXPERT_BYTES, 1 << 30, 5).unwrap();
+        assert_eq!(p.batches.len(), 10);
+        let mut ids: Vec<u64> = p
+            .batches
+            .iter()
+            .flatten()
+            .filter(|r| r.file_off % EXPERT_BYTES == 0)
+            .map(|r| r.file_off / EXPERT_BYTES)
+            .collect();
+        assert!(ids.iter().all(|&e| e < (1 << 50) / EXPERT_BYTES));
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 60, "no expert twice");
+        assert!(matches!(
+            Plan::expert(1 << 50, 1 << 50, 1 << 30, 5),
+            Err(PlanError::TooManyRequests { .. })
+        ));
     }
 
     #[test]
