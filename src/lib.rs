@@ -4,6 +4,7 @@
 //! (`ds4_io`, one handle per worker) -> pinned staging ring -> async host-to-device copy ->
 //! completion. No mmap in the data path. See docs/ARCHITECTURE.md.
 
+pub mod bench;
 pub mod cli;
 pub mod device;
 pub mod engine;

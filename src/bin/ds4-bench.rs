@@ -1,6 +1,4 @@
-//! `ds4-bench`: throughput benchmarks. PLACEHOLDER (skeleton): `ds4-bench io` lands with the
-//! IO-engine issue.
+//! `ds4-bench`: throughput benchmarks (`ds4-bench io`); the code lives in `ds4_stream::bench`.
 fn main() -> std::process::ExitCode {
-    eprintln!("ds4-bench: no benchmarks yet");
-    std::process::ExitCode::from(2)
+    ds4_stream::bench::main()
 }
