@@ -17,7 +17,6 @@ use std::path::Path;
 /// Drops the file's pages from the page cache with `posix_fadvise(DONTNEED)`; returns the method
 /// that worked (`"fadvise"`, or `"none"`). See [`drop_all_caches`] for the global fallback.
 pub fn drop_pages(path: &Path) -> Result<String, BenchError> {
-    let mut methods = Vec::new();
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::io::AsRawFd;
@@ -31,16 +30,12 @@ pub fn drop_pages(path: &Path) -> Result<String, BenchError> {
         // SAFETY: fd is valid for the life of `f`; fadvise only advises the kernel.
         let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         if r == 0 {
-            methods.push("fadvise");
+            return Ok("fadvise".into());
         }
     }
     #[cfg(not(target_os = "linux"))]
     let _ = path;
-    if methods.is_empty() {
-        Ok("none".into())
-    } else {
-        Ok(methods.join("+"))
-    }
+    Ok("none".into())
 }
 
 /// `echo 1 > /proc/sys/vm/drop_caches`: drops every clean page of every file (root only). Used
