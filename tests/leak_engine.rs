@@ -34,7 +34,7 @@ fn cfg() -> EngineConfig {
 }
 
 fn counted(delay: Duration) -> (Arc<dyn Device>, Arc<PinnedCounter>) {
-    let d = CountingDevice::new(Arc::new(HostDevice::discrete(delay)));
+    let d = CountingDevice::new(Arc::new(HostDevice::discrete(delay).unwrap()));
     let c = d.counter();
     (Arc::new(d), c)
 }

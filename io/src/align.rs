@@ -15,7 +15,10 @@ pub struct AlignedBuf {
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
 unsafe impl Send for AlignedBuf {}
-// SAFETY: shared access only hands out `&[u8]`.
+// SAFETY: through `&AlignedBuf` safe code can only read (`Deref` to `&[u8]`) or get a raw
+// pointer; like `Vec<u8>`, it holds no interior mutability. Code that writes through the raw
+// pointer of a shared AlignedBuf (the host device backend) is unsafe code that must exclude
+// readers of those bytes itself (it does so with leases: see ds4-stream's device::buffer).
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
@@ -26,6 +29,22 @@ impl AlignedBuf {
         // SAFETY: layout has non-zero size (len.max(1)).
         let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
         Some(Self { ptr, len, layout })
+    }
+
+    /// Like [`Self::new`], and every page has been touched once: the page faults (and the
+    /// kernel's page clearing) happen here, not during the first read into the buffer. For
+    /// buffers that are reused many times.
+    pub fn new_prefaulted(len: usize, align: usize) -> Option<Self> {
+        let b = Self::new(len, align)?;
+        let step = 4096;
+        let mut i = 0;
+        while i < len {
+            // SAFETY: i < len, inside the allocation; a volatile write of the zero that is
+            // already there cannot be optimised away and changes no value.
+            unsafe { b.ptr.as_ptr().add(i).write_volatile(0) };
+            i += step;
+        }
+        Some(b)
     }
 
     pub fn len(&self) -> usize {

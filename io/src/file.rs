@@ -28,6 +28,33 @@ pub trait ReadAt: Send {
     fn stats(&self) -> HandleStats {
         HandleStats::default()
     }
+
+    /// The counters of [`Self::stats`] alone (cheap: no allocation), which the engine samples
+    /// around every read to tell which path that read took.
+    fn counters(&self) -> ReadCounters {
+        self.stats().counters()
+    }
+}
+
+/// Per-handle byte and decision counters (see [`HandleStats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadCounters {
+    /// Bytes read through the unbuffered path (O_DIRECT / FILE_FLAG_NO_BUFFERING / F_NOCACHE).
+    pub direct_bytes: u64,
+    /// Bytes read through the buffered (page cache) path.
+    pub buffered_bytes: u64,
+    /// Read system calls issued on the unbuffered path.
+    pub direct_calls: u64,
+    /// Read system calls issued on the buffered path.
+    pub buffered_calls: u64,
+    /// Reads that could have gone unbuffered but were served from the page cache because the
+    /// cache probe found their bytes there ([`OpenConfig::use_cache`]).
+    pub cache_hits: u64,
+    /// Reads the cache probe sent to the unbuffered path (bytes not cached).
+    pub cache_misses: u64,
+    /// Cache probes that could not answer for one read (an error other than "not cached"):
+    /// that read went the unbuffered way; the probe stays on for the next.
+    pub probe_errors: u64,
 }
 
 /// Which paths a handle's reads took. Counted per handle (no atomics: a handle is owned by one
@@ -42,11 +69,38 @@ pub struct HandleStats {
     pub direct_calls: u64,
     /// Read system calls issued on the buffered path.
     pub buffered_calls: u64,
+    /// Reads served from the page cache because the cache probe found their bytes there.
+    pub cache_hits: u64,
+    /// Reads the cache probe sent to the unbuffered path.
+    pub cache_misses: u64,
+    /// Cache probes that failed for one read (that read went unbuffered).
+    pub probe_errors: u64,
+    /// How this handle finds out whether a range is in the page cache: "cachestat",
+    /// "rwf_nowait", or "none" (cold reads asked for, no unbuffered path, or no probe works
+    /// here: see `cache_probe_note`).
+    pub cache_probe: &'static str,
+    /// Why the better probes were not used, if they were not.
+    pub cache_probe_note: Option<String>,
     /// True while the unbuffered path may still be used for aligned requests.
     pub direct_active: bool,
     /// Why the unbuffered path was turned off for good (the OS refused it at open or at a
     /// read, or the filesystem reports no direct-IO support), if it was.
     pub direct_fallback: Option<String>,
+}
+
+impl HandleStats {
+    /// The counters alone.
+    pub fn counters(&self) -> ReadCounters {
+        ReadCounters {
+            direct_bytes: self.direct_bytes,
+            buffered_bytes: self.buffered_bytes,
+            direct_calls: self.direct_calls,
+            buffered_calls: self.buffered_calls,
+            cache_hits: self.cache_hits,
+            cache_misses: self.cache_misses,
+            probe_errors: self.probe_errors,
+        }
+    }
 }
 
 /// A file that can hand out independent per-worker handles.
@@ -70,6 +124,11 @@ pub struct OpenConfig {
     pub direct: bool,
     /// Advise the OS to drop each range from the page cache after it is read.
     pub drop_cache: bool,
+    /// With `direct`: read a range from the page cache when its bytes are already there, and
+    /// unbuffered only when they are not (Linux: `cachestat`, else a one-page `RWF_NOWAIT`
+    /// probe). `false` = always unbuffered where aligned (cold benchmarks,
+    /// `--ssd-streaming-cold`). No effect without `direct`.
+    pub use_cache: bool,
 }
 
 impl Default for OpenConfig {
@@ -77,6 +136,7 @@ impl Default for OpenConfig {
         Self {
             direct: true,
             drop_cache: false,
+            use_cache: true,
         }
     }
 }

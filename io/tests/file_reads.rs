@@ -10,10 +10,13 @@ use ds4_io::{AlignedBuf, FileSource, OpenConfig, ReadAt, ReadError, Source};
 use std::io;
 use std::sync::Arc;
 
+/// `use_cache` off: these tests check the unbuffered path itself, on files they just wrote
+/// (which are in the page cache; the cache-first decision is tested in sys/unix.rs).
 fn cfg(direct: bool) -> OpenConfig {
     OpenConfig {
         direct,
         drop_cache: false,
+        use_cache: false,
     }
 }
 
@@ -277,6 +280,7 @@ fn drop_cache_mode_reads_the_same_bytes() {
             OpenConfig {
                 direct,
                 drop_cache: true,
+                use_cache: false,
             },
         )
         .unwrap();

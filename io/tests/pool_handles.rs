@@ -47,7 +47,12 @@ fn eighteen_workers_hold_their_own_handles_and_close_them() {
     let dir = scratch();
     let path = dir.path().join("handles.bin");
     let p = Arc::new(pattern::write_full(&path, 18 * MIB).unwrap());
-    let src = FileSource::open(&path, OpenConfig::default()).unwrap();
+    // Cold reads: the file was just written, so the cache-first default would read it buffered.
+    let cold = OpenConfig {
+        use_cache: false,
+        ..OpenConfig::default()
+    };
+    let src = FileSource::open(&path, cold).unwrap();
     let Some(base) = handle_count() else {
         // Only under Wine; on real Windows the count works and this test runs in full.
         eprintln!("SKIPPED: this platform cannot count open handles (Wine)");

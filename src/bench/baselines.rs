@@ -78,6 +78,8 @@ pub fn run_c_load(
         OpenConfig {
             direct,
             drop_cache: false,
+            // The C engine's load path reads O_DIRECT whatever the page cache holds.
+            use_cache: false,
         },
     )
     .map_err(|e| BenchError::Io {

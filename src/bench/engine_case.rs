@@ -22,7 +22,6 @@ use crate::device::{Device, DeviceBuffer, HostConfig, HostDevice, PINNED_ALIGN};
 use crate::engine::{Engine, EngineConfig, EngineError, ReadRequest, StatsSnapshot};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Bytes of the pinned buffer used to poison the destination between runs.
 const POISON_BYTES: usize = 16 << 20;
@@ -58,10 +57,13 @@ impl EngineBench {
     /// A host device (staged when `host_visible` is false) with `dest_len` bytes of device
     /// memory.
     pub fn new(host_visible: bool, dest_len: u64) -> Result<EngineBench, BenchError> {
-        let device: Arc<dyn Device> = Arc::new(HostDevice::new(HostConfig {
-            host_visible,
-            copy_delay: Duration::ZERO,
-        }));
+        let device: Arc<dyn Device> = Arc::new(
+            HostDevice::new(HostConfig {
+                host_visible,
+                ..HostConfig::default()
+            })
+            .map_err(|e| device_err("starting the host device", e))?,
+        );
         let len = usize::try_from(dest_len)
             .map_err(|_| BenchError::usage(format!("destination of {dest_len} bytes too large")))?;
         let dest = Arc::new(
@@ -129,6 +131,7 @@ impl EngineBench {
                 // Cold runs drop the file's pages before each repetition instead.
                 cold: false,
                 queue_depth: (2 * cfg.workers).max(64),
+                ..EngineConfig::default()
             },
         )
         .map_err(engine_err)?;

@@ -105,6 +105,7 @@ pub fn run_threads(
         OpenConfig {
             direct: cfg.direct,
             drop_cache: cfg.drop_after,
+            use_cache: false,
         },
     )
     .map_err(|e| BenchError::Io {

@@ -182,10 +182,13 @@ pub fn run(a: Args) -> CliResult {
 
     // A discrete-GPU emulation: device memory is not host-visible, so every byte goes through
     // the pinned staging ring and the copy thread, as on a GPU.
-    let device: Arc<dyn Device> = Arc::new(HostDevice::new(HostConfig {
-        host_visible: false,
-        copy_delay: Duration::ZERO,
-    }));
+    let device: Arc<dyn Device> = Arc::new(
+        HostDevice::new(HostConfig {
+            host_visible: false,
+            ..HostConfig::default()
+        })
+        .map_err(|e| CliError::runtime(super::chain(&e)))?,
+    );
     let cfg = EngineConfig {
         workers: a.workers,
         ..EngineConfig::default()

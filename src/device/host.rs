@@ -2,15 +2,19 @@
 //! commands in issue order, events are completion flags (Mutex + Condvar).
 //!
 //! Why: every test and CI run uses it, so it must behave like a GPU stream where it matters:
-//! copies are asynchronous, in order, and only visible through events. Two knobs emulate a
-//! discrete GPU: `host_visible = false` makes `alloc` return memory the engine cannot write
-//! directly (so requests go through the staging ring and the copy thread), and `copy_delay`
-//! slows every copy down (tests prove a staging slot is never reused before its copy ran).
+//! copies are asynchronous, in order, and only visible through events. Knobs emulate a discrete
+//! GPU and make races testable: `host_visible = false` makes `alloc` return memory the engine
+//! cannot write directly (so requests go through the staging ring and the copy thread),
+//! `copy_delay` slows every copy down, and a [`CopyGate`] holds the copy thread at a gate (and
+//! can fail copies) so tests order events with gates, not sleeps.
 //!
 //! Limits: one copy thread, memcpy speed; device-to-host reads also run on the copy thread (so
 //! they are ordered after earlier copies, like a synchronous copy on a GPU stream).
 
-use super::buffer::{DeviceBuffer, DeviceMemory, Event, EventImpl, PinnedBuf, PinnedMemory};
+use super::buffer::{
+    DeferredErrors, DeviceBuffer, DeviceMemory, Event, EventImpl, PinnedBuf, PinnedMemory,
+    WriteLease,
+};
 use super::{check_range, BackendKind, Device, DeviceError, PINNED_ALIGN};
 use crossbeam_channel::{unbounded, Sender};
 use ds4_io::AlignedBuf;
@@ -18,7 +22,7 @@ use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Settings of a [`HostDevice`].
 #[derive(Clone, Debug)]
@@ -26,8 +30,11 @@ pub struct HostConfig {
     /// `alloc` returns host-visible memory (the engine reads straight into it, like a
     /// unified-memory APU). `false` emulates a discrete GPU: staging + copy thread.
     pub host_visible: bool,
-    /// Artificial delay before every copy (tests).
+    /// Artificial delay before every copy (tests, benches).
     pub copy_delay: Duration,
+    /// Test hook: the copy thread stops at this gate before every command while it is closed,
+    /// and fails the copies it is told to fail.
+    pub gate: Option<Arc<CopyGate>>,
 }
 
 impl Default for HostConfig {
@@ -35,7 +42,85 @@ impl Default for HostConfig {
         Self {
             host_visible: true,
             copy_delay: Duration::ZERO,
+            gate: None,
         }
+    }
+}
+
+/// A gate in front of the host copy thread (tests): while closed, the copy thread waits before
+/// running its next command; [`Self::fail_next`] makes the next copies fail instead of running.
+#[derive(Debug, Default)]
+pub struct CopyGate {
+    state: Mutex<GateState>,
+    cv: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    closed: bool,
+    /// Commands the copy thread has reached the gate with and not yet run.
+    waiting: usize,
+    fail_next: u64,
+}
+
+impl CopyGate {
+    /// A gate that starts closed.
+    pub fn closed() -> Arc<Self> {
+        let g = Arc::new(Self::default());
+        g.close();
+        g
+    }
+
+    pub fn close(&self) {
+        self.lock().closed = true;
+    }
+
+    pub fn open(&self) {
+        self.lock().closed = false;
+        self.cv.notify_all();
+    }
+
+    /// The next `n` copies fail (their events report an error) instead of copying.
+    pub fn fail_next(&self, n: u64) {
+        self.lock().fail_next = n;
+    }
+
+    /// Waits until the copy thread is held at the closed gate (true), or `limit` passes (false).
+    pub fn wait_until_held(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        let mut st = self.lock();
+        while st.waiting == 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Called by the copy thread before a command: waits while closed; true = fail this copy.
+    fn pass(&self, is_copy: bool) -> bool {
+        let mut st = self.lock();
+        st.waiting += 1;
+        self.cv.notify_all();
+        while st.closed {
+            st = self.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+        st.waiting -= 1;
+        if is_copy && st.fail_next > 0 {
+            st.fail_next -= 1;
+            return true;
+        }
+        false
     }
 }
 
@@ -61,7 +146,10 @@ impl HostMemory {
     }
 }
 
-impl DeviceMemory for HostMemory {
+// SAFETY: `len` is fixed at allocation; `host_ptr` is the AlignedBuf's start, stable and valid
+// for `len` bytes until the AlignedBuf (owned here) is dropped. The copy thread writes it only
+// under a write lease and reads it only under a read lease (see `run`).
+unsafe impl DeviceMemory for HostMemory {
     fn len(&self) -> usize {
         self.buf.len()
     }
@@ -80,9 +168,20 @@ impl DeviceMemory for HostMemory {
     }
 }
 
+impl DeviceBuffer {
+    /// Plain page-aligned host memory, usable as a destination with any device (the engine reads
+    /// straight into it). Fails cleanly when the allocation fails.
+    pub fn host(len: usize) -> Result<Self, DeviceError> {
+        Ok(Self::from_memory(Box::new(HostMemory::new(len, true)?)))
+    }
+}
+
 struct HostPinned(AlignedBuf);
 
-impl PinnedMemory for HostPinned {
+// SAFETY: the AlignedBuf is aligned to PINNED_ALIGN (alloc_pinned asks for it), owned here, so
+// its address and length are stable and valid until drop; only the owning PinnedBuf and the
+// copies issued from it (fenced by their events) touch it.
+unsafe impl PinnedMemory for HostPinned {
     fn as_ptr(&self) -> *mut u8 {
         self.0.as_ptr().cast_mut()
     }
@@ -103,6 +202,8 @@ enum EventState {
     #[default]
     Pending,
     Done,
+    /// The copy was told to fail (a [`CopyGate`] fault); it never touched memory.
+    Failed,
     /// The command was dropped without running (copy thread gone).
     Dropped,
 }
@@ -119,12 +220,21 @@ impl HostEvent {
         match s {
             EventState::Pending => Ok(false),
             EventState::Done => Ok(true),
+            EventState::Failed => Err(DeviceError::Backend {
+                backend: BackendKind::Host,
+                call: "copy",
+                code: -1,
+                detail: "injected copy failure".into(),
+            }),
             EventState::Dropped => Err(DeviceError::StreamClosed(BackendKind::Host)),
         }
     }
 }
 
-impl EventImpl for HostEvent {
+// SAFETY: the copy thread sets a state other than Pending only after the command is over and
+// has released everything it borrowed (see `run`: the lease is dropped first); a Dropped command
+// never ran. So `query() == Ok(true)` and a returned `wait()` mean the memory is free again.
+unsafe impl EventImpl for HostEvent {
     fn query(&self) -> Result<bool, DeviceError> {
         Self::result(*self.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
@@ -137,8 +247,15 @@ impl EventImpl for HostEvent {
     }
 }
 
-/// Signals its event exactly once: `Done` when the command ran, `Dropped` when it never will.
+/// Signals its event exactly once: the state given to `fire` when the command ran, `Dropped`
+/// when it never will.
 struct Signal(Arc<HostEvent>);
+
+impl Signal {
+    fn fire(self, s: EventState) {
+        self.0.set(s);
+    }
+}
 
 impl Drop for Signal {
     fn drop(&mut self) {
@@ -153,15 +270,17 @@ unsafe impl Send for RawPtr {}
 
 enum Cmd {
     /// `src` stays valid and unwritten until `signal` fires: it belongs to a `PinnedBuf` whose
-    /// event is this signal's. `dst` is kept alive by the Arc.
+    /// event is this signal's. `dst` is the write lease on the target range (it keeps the
+    /// buffer alive and every other writer and reader out).
     Copy {
         src: RawPtr,
-        dst: Arc<DeviceBuffer>,
+        dst: Arc<WriteLease>,
         dst_offset: usize,
         len: usize,
         signal: Signal,
     },
-    /// Synchronous read: the issuer blocks on `signal`, keeping `src` and `dst` borrowed.
+    /// Synchronous read: the issuer blocks on `signal`, keeping `src` and `dst` borrowed and a
+    /// read lease on the source range.
     Read {
         src: RawPtr,
         dst: RawPtr,
@@ -173,6 +292,7 @@ enum Cmd {
 /// The CPU device. Dropping it finishes every queued command, then joins the copy thread.
 pub struct HostDevice {
     cfg: HostConfig,
+    deferred: Arc<DeferredErrors>,
     tx: Option<Sender<Cmd>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -186,32 +306,33 @@ impl std::fmt::Debug for HostDevice {
 }
 
 impl HostDevice {
-    /// Starts the copy thread. Panics only if the OS refuses to spawn a thread at all.
-    pub fn new(cfg: HostConfig) -> Self {
+    /// Starts the copy thread; fails (StreamClosed) only if the OS refuses to start a thread.
+    pub fn new(cfg: HostConfig) -> Result<Self, DeviceError> {
         let (tx, rx) = unbounded::<Cmd>();
         let delay = cfg.copy_delay;
+        let gate = cfg.gate.clone();
         let thread = std::thread::Builder::new()
             .name("ds4-host-copy".into())
             .spawn(move || {
                 for cmd in rx.iter() {
-                    run(cmd, delay);
+                    run(cmd, delay, gate.as_deref());
                 }
             })
-            .ok();
-        // Without a copy thread the device still works: commands are dropped and their events
-        // report StreamClosed instead of hanging.
-        Self {
+            .map_err(|_| DeviceError::StreamClosed(BackendKind::Host))?;
+        Ok(Self {
             cfg,
-            tx: thread.as_ref().map(|_| tx),
-            thread,
-        }
+            deferred: Arc::default(),
+            tx: Some(tx),
+            thread: Some(thread),
+        })
     }
 
     /// A discrete-GPU emulation: device memory not host-visible, every copy delayed.
-    pub fn discrete(copy_delay: Duration) -> Self {
+    pub fn discrete(copy_delay: Duration) -> Result<Self, DeviceError> {
         Self::new(HostConfig {
             host_visible: false,
             copy_delay,
+            gate: None,
         })
     }
 
@@ -239,7 +360,8 @@ impl HostDevice {
     }
 }
 
-fn run(cmd: Cmd, delay: Duration) {
+fn run(cmd: Cmd, delay: Duration, gate: Option<&CopyGate>) {
+    let fail = gate.is_some_and(|g| g.pass(matches!(cmd, Cmd::Copy { .. })));
     match cmd {
         Cmd::Copy {
             src,
@@ -248,16 +370,24 @@ fn run(cmd: Cmd, delay: Duration) {
             len,
             signal,
         } => {
+            if fail {
+                drop(dst);
+                return signal.fire(EventState::Failed);
+            }
             if !delay.is_zero() {
                 std::thread::sleep(delay);
             }
-            if let Some(mem) = dst.memory().as_any().downcast_ref::<HostMemory>() {
-                // SAFETY: copy_h2d_async checked both ranges; src is kept valid by its
-                // PinnedBuf until `signal` fires; dst is alive through the Arc, and engine
-                // leases (or the caller, per the Device contract) exclude other writers.
+            let buf = dst.buffer();
+            if let Some(mem) = buf.memory().as_any().downcast_ref::<HostMemory>() {
+                // SAFETY: copy_h2d_leased checked both ranges (dst inside the lease, the lease
+                // inside the buffer); src is kept valid by its PinnedBuf until `signal` fires;
+                // dst is alive and exclusively ours through the write lease.
                 unsafe { std::ptr::copy_nonoverlapping(src.0, mem.ptr().add(dst_offset), len) }
             }
-            signal.0.set(EventState::Done);
+            // Release the range before the event says "done": a caller woken by the event may
+            // lease it again at once.
+            drop(dst);
+            signal.fire(EventState::Done);
         }
         Cmd::Read {
             src,
@@ -267,10 +397,11 @@ fn run(cmd: Cmd, delay: Duration) {
         } => {
             if len > 0 {
                 // SAFETY: read_d2h checked the range and blocks until `signal` fires, keeping
-                // both borrows alive; dst is the caller's exclusive `&mut [u8]`.
+                // both borrows and its read lease (no writer on the range) alive; dst is the
+                // caller's exclusive `&mut [u8]`.
                 unsafe { std::ptr::copy_nonoverlapping(src.0, dst.0, len) }
             }
-            signal.0.set(EventState::Done);
+            signal.fire(EventState::Done);
         }
     }
 }
@@ -309,7 +440,10 @@ impl Device for HostDevice {
             bytes: len as u64,
             what: "pinned host memory",
         })?;
-        Ok(PinnedBuf::new(Box::new(HostPinned(buf))))
+        Ok(PinnedBuf::new(
+            Box::new(HostPinned(buf)),
+            Arc::clone(&self.deferred),
+        ))
     }
 
     fn alloc(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
@@ -319,20 +453,22 @@ impl Device for HostDevice {
         )?)))
     }
 
-    fn copy_h2d_async(
+    fn copy_h2d_leased(
         &self,
         src: &mut PinnedBuf,
         src_offset: usize,
-        dst: &Arc<DeviceBuffer>,
+        dst: &Arc<WriteLease>,
         dst_offset: usize,
         len: usize,
     ) -> Result<(), DeviceError> {
         check_range(src_offset, len, src.len(), "pinned buffer")?;
-        check_range(dst_offset, len, dst.len(), "device buffer")?;
-        if dst.memory().as_any().downcast_ref::<HostMemory>().is_none() {
+        check_range(dst_offset, len, dst.buffer().len(), "device buffer")?;
+        dst.check(dst_offset, len)?;
+        let buf = dst.buffer();
+        if buf.memory().as_any().downcast_ref::<HostMemory>().is_none() {
             return Err(DeviceError::WrongBackend {
                 expected: BackendKind::Host,
-                found: dst.backend(),
+                found: buf.backend(),
             });
         }
         let ev = Arc::new(HostEvent::default());
@@ -356,7 +492,6 @@ impl Device for HostDevice {
         dst: &mut [u8],
     ) -> Result<(), DeviceError> {
         check_range(offset, dst.len(), src.len(), "device buffer")?;
-        src.check_idle(offset, dst.len())?;
         let mem = src.memory().as_any().downcast_ref::<HostMemory>().ok_or(
             DeviceError::WrongBackend {
                 expected: BackendKind::Host,
@@ -366,6 +501,8 @@ impl Device for HostDevice {
         if dst.is_empty() {
             return Ok(());
         }
+        // Held until the copy thread has run the read: no writer can start on these bytes.
+        let _lease = src.lease_read(offset, dst.len())?;
         let ev = Arc::new(HostEvent::default());
         // SAFETY: offset + dst.len() <= src.len() (checked above).
         let p = unsafe { mem.ptr().add(offset) };
@@ -380,6 +517,7 @@ impl Device for HostDevice {
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {
-        self.marker()?.wait()
+        self.marker()?.wait()?;
+        self.deferred.take()
     }
 }

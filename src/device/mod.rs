@@ -8,20 +8,26 @@
 //!
 //! Safety model (after cudarc's `PinnedHostSlice`): a [`PinnedBuf`] remembers the event of its
 //! last copy; host access through `&mut` and its `Drop` wait for that event, so no caller can
-//! overwrite or free staging memory that a copy is still reading. A copy's destination is passed
-//! as `Arc<DeviceBuffer>` and the backend keeps that `Arc` until the copy has run, so device
-//! memory cannot be freed under a copy either.
+//! overwrite or free staging memory that a copy is still reading. A copy writes its destination
+//! under a [`WriteLease`] (which holds the `Arc<DeviceBuffer>`) and the backend keeps the lease
+//! until the copy has run, so device memory cannot be freed under a copy, and no engine request
+//! or read-back can touch those bytes meanwhile. The backend traits ([`PinnedMemory`],
+//! [`DeviceMemory`], [`EventImpl`]) are `unsafe trait`s: the pointers and completion signals they
+//! return are what the unsafe code above trusts. Errors of copies nobody waited for are kept in
+//! the device's [`DeferredErrors`] and returned by its next [`Device::synchronize`].
 //!
 //! Limits: one stream per device (one copy engine saturates PCIe, see TARGETS.md); only
 //! host-to-device copies are asynchronous, device-to-host reads are synchronous (tests, `cat`).
-//! Only `host` is compiled today; [`BackendKind`] reserves `cuda` and `hip`.
+//! Only `host` is implemented today; [`BackendKind`] reserves `cuda` and `hip`.
 
 pub mod buffer;
 pub mod host;
 
-pub(crate) use buffer::WriteLease;
-pub use buffer::{DeviceBuffer, DeviceMemory, Event, EventImpl, PinnedBuf, PinnedMemory};
-pub use host::{HostConfig, HostDevice};
+pub use buffer::{
+    DeferredErrors, DeviceBuffer, DeviceMemory, Event, EventImpl, PinnedBuf, PinnedMemory,
+    WriteLease,
+};
+pub use host::{CopyGate, HostConfig, HostDevice};
 
 use std::fmt;
 use std::sync::Arc;
@@ -47,7 +53,7 @@ pub enum DeviceError {
         code: i64,
         detail: String,
     },
-    #[error("ds4-stream was not compiled with {0} support (build with --features {0})")]
+    #[error("this build of ds4-stream has no {0} backend (only host is implemented so far)")]
     NotCompiled(BackendKind),
     #[error("range {offset}+{len} is outside a {what} of {size} bytes")]
     OutOfRange {
@@ -56,8 +62,16 @@ pub enum DeviceError {
         size: u64,
         what: &'static str,
     },
-    #[error("device buffer range {offset}+{len} is being written by a request in flight")]
+    #[error("device buffer range {offset}+{len} is being written or read back by an operation in flight")]
     Busy { offset: u64, len: u64 },
+    /// Copy errors that were kept because nobody waited for the copy (its staging buffer was
+    /// dropped): the first one, and how many more came after it.
+    #[error("a copy that nobody waited for failed ({more} more after it)")]
+    Deferred {
+        more: u64,
+        #[source]
+        first: Box<DeviceError>,
+    },
     #[error("memory of backend {found} passed to a {expected} device")]
     WrongBackend {
         expected: BackendKind,
@@ -73,9 +87,9 @@ pub enum DeviceError {
 pub enum BackendKind {
     /// CPU: device memory is host memory, copies run on a copy thread.
     Host,
-    /// NVIDIA through cudarc (feature `cuda`, not yet compiled in).
+    /// NVIDIA through cudarc (not implemented yet).
     Cuda,
-    /// AMD through hip-sys (feature `hip`, not yet compiled in).
+    /// AMD through hip-sys (not implemented yet).
     Hip,
 }
 
@@ -91,7 +105,7 @@ impl BackendKind {
     /// Opens the default device of this backend, or says why it cannot.
     pub fn open_default(self) -> Result<Arc<dyn Device>, DeviceError> {
         match self {
-            BackendKind::Host => Ok(Arc::new(HostDevice::new(HostConfig::default()))),
+            BackendKind::Host => Ok(Arc::new(HostDevice::new(HostConfig::default())?)),
             BackendKind::Cuda | BackendKind::Hip => Err(DeviceError::NotCompiled(self)),
         }
     }
@@ -140,8 +154,22 @@ pub trait Device: Send + Sync + fmt::Debug {
 
     /// Queues a copy of `src[src_offset..src_offset + len]` to `dst[dst_offset..]` on the
     /// device's stream and records the copy's event into `src` (see [`PinnedBuf::event`]).
-    /// Returns once the copy is queued, not done. The backend keeps `dst` alive until the copy
-    /// has run. Ranges are checked.
+    /// Returns once the copy is queued, not done. The range must lie inside `dst`'s lease; the
+    /// backend keeps a clone of `dst` until the copy has run (and drops it before the copy's
+    /// event completes), so the range stays leased exactly as long as the copy can write it.
+    /// Ranges are checked.
+    fn copy_h2d_leased(
+        &self,
+        src: &mut PinnedBuf,
+        src_offset: usize,
+        dst: &Arc<WriteLease>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), DeviceError>;
+
+    /// [`Self::copy_h2d_leased`] with a write lease taken here on `dst[dst_offset..+len]`:
+    /// fails with [`DeviceError::Busy`] when an engine request or another copy is writing, or a
+    /// read-back is reading, any byte of it.
     fn copy_h2d_async(
         &self,
         src: &mut PinnedBuf,
@@ -149,11 +177,16 @@ pub trait Device: Send + Sync + fmt::Debug {
         dst: &Arc<DeviceBuffer>,
         dst_offset: usize,
         len: usize,
-    ) -> Result<(), DeviceError>;
+    ) -> Result<(), DeviceError> {
+        check_range(src_offset, len, src.len(), "pinned buffer")?;
+        let lease = Arc::new(dst.lease_write(dst_offset, len)?);
+        self.copy_h2d_leased(src, src_offset, &lease, dst_offset, len)
+    }
 
     /// Synchronously copies `dst.len()` bytes of `src` from `offset` into host memory, after
-    /// every copy queued before it. Fails with [`DeviceError::Busy`] when an engine request is
-    /// still writing an overlapping range.
+    /// every copy queued before it. Holds a read lease on the range for the whole read: fails
+    /// with [`DeviceError::Busy`] when an engine request or a copy is writing an overlapping
+    /// range, and no writer can start on it until the read is over.
     fn read_d2h(
         &self,
         src: &DeviceBuffer,
@@ -161,7 +194,8 @@ pub trait Device: Send + Sync + fmt::Debug {
         dst: &mut [u8],
     ) -> Result<(), DeviceError>;
 
-    /// Waits until every queued copy has finished.
+    /// Waits until every queued copy has finished. Returns the first error of a copy whose
+    /// staging buffer was dropped without waiting (kept in the device's [`DeferredErrors`]).
     fn synchronize(&self) -> Result<(), DeviceError>;
 }
 

@@ -3,10 +3,13 @@
 //!
 //! - [`Engine::submit`] validates a batch of [`ReadRequest`]s (range inside the file, inside the
 //!   destination, destinations not already being written), and returns a [`Ticket`] at once.
-//! - The dispatcher thread splits ranges into chunks of at most `slot_bytes` (boundaries at
-//!   multiples of `slot_bytes` in the file, so chunks start aligned), takes a free staging slot
-//!   per chunk (blocking: the stall statistic) and queues a job on the reader pool; host-visible
-//!   destinations are read into directly, without a slot.
+//! - The dispatcher thread splits ranges into chunks of at most `slot_bytes` (windows of
+//!   `slot_bytes` on a grid anchored at the request's offset rounded down to 4096, so every chunk
+//!   but the first starts aligned and a request that fits a slot is one read), takes a free
+//!   staging slot per chunk (blocking: the stall statistic) and queues a job on the reader pool;
+//!   host-visible destinations are read into directly, without a slot.
+//! - [`Engine::submit_bytes`] / [`Engine::read_bytes`] read into recycled, pre-faulted host
+//!   buffers (widened to 4096 so the unbuffered path applies) and hand out `Bytes` over them.
 //! - A reader worker reads the chunk with its own handle, queues the copy slot -> destination on
 //!   the device stream (an event is recorded in the slot) and hands the slot to the completer,
 //!   which waits the event, returns the slot to the ring and finishes the chunk. No synchronize
@@ -16,14 +19,19 @@
 //! request complete in any order; a failed chunk fails its whole request (first error wins).
 
 mod error;
+mod hostpool;
 mod pipeline;
 mod request;
 mod stats;
 
 pub use error::EngineError;
+pub use hostpool::HostPoolStats;
 /// The chunk planner, public only for the `plan_chunks` fuzz target and its regression test.
 #[doc(hidden)]
-pub use pipeline::{chunk_count as plan_chunk_count, chunks as plan_chunks};
+pub use pipeline::{
+    chunk_count as plan_chunk_count, chunks as plan_chunks, widen as plan_widen,
+    GRID_ALIGN as PLAN_GRID_ALIGN,
+};
 pub use request::{ReadRequest, Ticket};
 pub use stats::{Latency, StatsSnapshot};
 
@@ -31,7 +39,8 @@ use crate::device::{Device, DeviceBuffer, PINNED_ALIGN};
 use bytes::Bytes;
 use crossbeam_channel::{bounded, unbounded, Sender};
 use ds4_io::{FileSource, OpenConfig, PoolConfig, ReaderPool, Source};
-use pipeline::{chunk_count, Dispatcher, Item, Pending, Shared};
+use hostpool::HostPool;
+use pipeline::{chunk_count, Dispatcher, Item, Pending, Shared, GRID_ALIGN};
 use request::{Completion, RequestState};
 use stats::Stats;
 use std::future::Future;
@@ -64,6 +73,8 @@ pub struct EngineConfig {
     pub cold: bool,
     /// Jobs that may wait for a reader before the dispatcher blocks.
     pub queue_depth: usize,
+    /// Free host buffers `read_bytes` keeps for reuse (bytes; buffers in use are not counted).
+    pub host_pool_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -75,6 +86,7 @@ impl Default for EngineConfig {
             direct: true,
             cold: false,
             queue_depth: 64,
+            host_pool_bytes: 256 << 20,
         }
     }
 }
@@ -117,6 +129,7 @@ impl EngineConfig {
 /// finished, else `Shutdown`), joins its threads and frees the staging ring.
 pub struct Engine {
     shared: Arc<Shared>,
+    host_pool: HostPool,
     cfg: EngineConfig,
     requests: Option<Sender<Pending>>,
     stop: Option<Sender<()>>,
@@ -204,6 +217,7 @@ impl Engine {
         };
         Ok(Engine {
             shared,
+            host_pool: HostPool::new(cfg.host_pool_bytes),
             cfg,
             requests: Some(req_tx),
             stop: Some(stop_tx),
@@ -224,6 +238,8 @@ impl Engine {
             OpenConfig {
                 direct: cfg.direct,
                 drop_cache: false, // the engine advises per chunk itself when cfg.cold
+                // Cached bytes are read from the page cache unless cold reads are asked for.
+                use_cache: !cfg.cold,
             },
         )
         .map_err(|source| EngineError::Open {
@@ -255,7 +271,6 @@ impl Engine {
     pub fn submit(&self, reqs: Vec<ReadRequest>) -> Result<Ticket, EngineError> {
         let file_len = self.shared.source.len();
         let mut items = Vec::with_capacity(reqs.len());
-        let mut leases = Vec::new();
         let mut chunks: u64 = 0;
         for r in reqs {
             let in_file = r
@@ -283,31 +298,35 @@ impl Engine {
                     label: r.label,
                 });
             }
-            if r.len > 0 {
-                // Dropping `leases` on an early return releases the ones already taken.
-                match r.dst.lease(r.dst_offset, r.len) {
-                    Some(l) => leases.push(l),
-                    None => {
-                        return Err(EngineError::DestinationBusy {
-                            dst_offset: r.dst_offset as u64,
-                            len: r.len as u64,
-                            label: r.label,
-                        })
-                    }
+            // Dropping `items` on an early return releases the leases already taken.
+            let lease = match r.dst.lease_write(r.dst_offset, r.len) {
+                Ok(l) => Arc::new(l),
+                Err(_) => {
+                    return Err(EngineError::DestinationBusy {
+                        dst_offset: r.dst_offset as u64,
+                        len: r.len as u64,
+                        label: r.label,
+                    })
                 }
-            }
+            };
             // Cannot overflow: each item has at most file_len / 4096 + 2 chunks.
-            chunks = chunks.saturating_add(chunk_count(r.offset, r.len, self.cfg.slot_bytes));
+            chunks = chunks.saturating_add(chunk_count(
+                r.offset,
+                r.len,
+                self.cfg.slot_bytes,
+                GRID_ALIGN,
+            ));
             items.push(Item {
                 offset: r.offset,
                 len: r.len,
-                dst: r.dst,
+                lease,
                 dst_offset: r.dst_offset,
                 label: r.label,
             });
         }
         let completion = Arc::new(Completion::default());
         let ticket = Ticket::new(Arc::clone(&completion));
+        let leases = items.iter().map(|it| Arc::clone(&it.lease)).collect();
         let state = RequestState::new(chunks, leases, completion, Arc::clone(&self.shared.stats));
         if chunks > 0 {
             if let Some(tx) = &self.requests {
@@ -319,8 +338,12 @@ impl Engine {
         Ok(ticket)
     }
 
-    /// Submits one range into fresh page-aligned host memory (read straight into it, no bounce);
-    /// the result is a `Bytes` over that allocation.
+    /// Submits one range into page-aligned host memory from the engine's pool of recycled,
+    /// pre-faulted buffers (read straight into it, no bounce, no allocation in the steady
+    /// state); the result is a `Bytes` over that memory, which returns to the pool when the last
+    /// clone of the `Bytes` drops. The read is widened to 4096-byte boundaries (inside the file)
+    /// so that the unbuffered path applies whatever `offset` is; the `Bytes` shows exactly
+    /// `[offset, offset + len)`.
     pub fn submit_bytes(&self, offset: u64, len: usize) -> Result<BytesTicket, EngineError> {
         // Validate before allocating, so a hostile length cannot allocate.
         let file_len = self.shared.source.len();
@@ -333,11 +356,31 @@ impl Engine {
                 label: None,
             });
         }
+        let (r0, r1) = if len == 0 {
+            (offset, offset)
+        } else {
+            // Never larger than the slot: a widened read that fits no slot would be split at
+            // the grid; usize::MAX = no such limit here (host-visible reads need no slot).
+            pipeline::widen(offset, len, Some(GRID_ALIGN as usize), file_len, usize::MAX)
+        };
+        let n = (r1 - r0) as usize; // <= len + 8190, and len was checked against the file
         let buf = Arc::new(
-            DeviceBuffer::host(len).map_err(|_| EngineError::OutOfMemory { bytes: len as u64 })?,
+            self.host_pool
+                .get(n)
+                .map_err(|_| EngineError::OutOfMemory { bytes: n as u64 })?,
         );
-        let ticket = self.submit(vec![ReadRequest::new(offset, len, Arc::clone(&buf), 0)])?;
-        Ok(BytesTicket { ticket, buf })
+        let ticket = self.submit(vec![ReadRequest::new(r0, n, Arc::clone(&buf), 0)])?;
+        Ok(BytesTicket {
+            ticket,
+            buf,
+            head: (offset - r0) as usize,
+            len,
+        })
+    }
+
+    /// Counters of the host buffer pool behind [`Self::read_bytes`].
+    pub fn host_pool_stats(&self) -> HostPoolStats {
+        self.host_pool.stats()
     }
 
     /// Reads `[offset, offset + len)` into fresh host memory, blocking.
@@ -381,12 +424,15 @@ impl Drop for Engine {
 pub struct BytesTicket {
     ticket: Ticket,
     buf: Arc<DeviceBuffer>,
+    /// The caller's bytes are `buf[head..head + len]` (the read was widened).
+    head: usize,
+    len: usize,
 }
 
 impl BytesTicket {
     pub fn wait(self) -> Result<Bytes, EngineError> {
         self.ticket.wait()?;
-        Ok(into_bytes(self.buf))
+        Ok(into_bytes(self.buf).slice(self.head..self.head + self.len))
     }
 }
 
@@ -396,7 +442,9 @@ impl Future for BytesTicket {
         match Pin::new(&mut self.ticket).poll(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Ready(Ok(())) => Poll::Ready(Ok(into_bytes(Arc::clone(&self.buf)))),
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(
+                into_bytes(Arc::clone(&self.buf)).slice(self.head..self.head + self.len)
+            )),
         }
     }
 }
@@ -414,8 +462,9 @@ impl AsRef<[u8]> for HostBytes {
             return &[];
         }
         // SAFETY: `addr` is the start of `buf`'s host memory, valid for `len` bytes while `buf`
-        // lives (held here). The buffer never left this module, its one request has completed
-        // (no engine thread writes it again), so nothing mutates it any more.
+        // lives (held here; pooled memory returns to the pool only when the DeviceBuffer drops).
+        // The buffer never left this module, its one request has completed (its write lease is
+        // released and no engine thread writes it again), so nothing mutates it any more.
         unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
     }
 }

@@ -9,9 +9,9 @@
 //! A `SlotGuard` returns its slot when dropped on any path (error, cancel, shutdown).
 
 use super::request::{ChunkToken, RequestState};
-use super::stats::Stats;
+use super::stats::{ReadPath, Stats};
 use super::EngineError;
-use crate::device::{Device, DeviceBuffer, PinnedBuf};
+use crate::device::{Device, PinnedBuf, WriteLease};
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 use ds4_io::{Job, ReadAt, ReaderPool, Source};
 use std::sync::Arc;
@@ -30,11 +30,12 @@ pub(crate) struct Shared {
     pub(crate) cold: bool,
 }
 
-/// One range of a submitted batch, validated and leased.
+/// One range of a submitted batch, validated and leased: `lease` covers exactly
+/// `[dst_offset, dst_offset + len)` of the destination and keeps it alive.
 pub(crate) struct Item {
     pub(crate) offset: u64,
     pub(crate) len: usize,
-    pub(crate) dst: Arc<DeviceBuffer>,
+    pub(crate) lease: Arc<WriteLease>,
     pub(crate) dst_offset: usize,
     pub(crate) label: Option<Arc<str>>,
 }
@@ -45,34 +46,81 @@ pub(crate) struct Pending {
     pub(crate) items: Vec<Item>,
 }
 
-/// Number of chunks `[offset, offset + len)` splits into when chunk boundaries sit at multiples
-/// of `chunk` in file space (so every chunk but the first starts aligned).
-pub fn chunk_count(offset: u64, len: usize, chunk: usize) -> u64 {
+/// Alignment the chunk grid is anchored to: a request's chunks are windows of `chunk` bytes
+/// starting at its offset rounded down to this, so every chunk but the first starts aligned and
+/// a staged chunk widened to the direct-IO alignment (512 or 4096) still fits its slot.
+pub const GRID_ALIGN: u64 = 4096;
+
+/// Start of the chunk grid of a request at `offset`: `offset` rounded down to `align`.
+fn anchor(offset: u64, align: u64) -> u64 {
+    offset - offset % align.max(1)
+}
+
+/// Number of chunks `[offset, offset + len)` splits into when chunks are the windows
+/// `[a + k*chunk, a + (k+1)*chunk)` with `a` = offset rounded down to `align`.
+pub fn chunk_count(offset: u64, len: usize, chunk: usize, align: u64) -> u64 {
     if len == 0 {
         return 0;
     }
-    let c = chunk as u64;
+    let a = anchor(offset, align);
     let last = offset + (len as u64 - 1); // validated: offset + len <= file length
-    last / c - offset / c + 1
+    (last - a) / chunk as u64 + 1
 }
 
-/// The chunks of one item: (file offset, length, offset into the item).
-pub fn chunks(offset: u64, len: usize, chunk: usize) -> impl Iterator<Item = (u64, usize, usize)> {
+/// The chunks of one item (see [`chunk_count`]): (file offset, length, offset into the item).
+/// A request of at most `chunk - (offset % align)` bytes is one chunk: one read.
+pub fn chunks(
+    offset: u64,
+    len: usize,
+    chunk: usize,
+    align: u64,
+) -> impl Iterator<Item = (u64, usize, usize)> {
     let end = offset + len as u64;
     let c = chunk as u64;
+    let a = anchor(offset, align);
     let mut pos = offset;
     std::iter::from_fn(move || {
         if pos >= end {
             return None;
         }
-        let next = ((pos / c) + 1).saturating_mul(c).min(end);
+        let next = a
+            .saturating_add(((pos - a) / c + 1).saturating_mul(c))
+            .min(end);
         let item = (pos, (next - pos) as usize, (pos - offset) as usize);
         pos = next;
         Some(item)
     })
 }
 
-/// A staging slot on loan; returns to the ring when dropped.
+/// The file range a staged chunk `[offset, offset + len)` is read as: widened to `align` (the
+/// handle's direct-IO alignment) so the unbuffered path applies, never past `file_len`, and only
+/// when the widened range fits a slot of `slot_len` bytes (else the chunk itself).
+pub fn widen(
+    offset: u64,
+    len: usize,
+    align: Option<usize>,
+    file_len: u64,
+    slot_len: usize,
+) -> (u64, u64) {
+    let (start, end) = (offset, offset + len as u64);
+    match align {
+        Some(a) if a.is_power_of_two() => {
+            let m = a as u64 - 1;
+            let r0 = start & !m;
+            let r1 = end.checked_add(m).map_or(end, |e| e & !m).min(file_len);
+            if r1 - r0 <= slot_len as u64 {
+                (r0, r1)
+            } else {
+                (start, end)
+            }
+        }
+        _ => (start, end),
+    }
+}
+
+/// A staging slot on loan; returns to the ring when dropped, on any path (error, cancel,
+/// shutdown). It may return with its last copy still running: the event stays recorded in the
+/// buffer, and the next user's `as_mut_slice` (or the buffer's `Drop`) waits for it.
 pub(crate) struct SlotGuard {
     buf: Option<PinnedBuf>,
     home: Sender<PinnedBuf>,
@@ -102,7 +150,8 @@ pub(crate) struct InFlight {
     issued: Instant,
 }
 
-/// True when the unbuffered path can serve this read on this handle.
+/// True when the unbuffered path can serve this read on this handle (used for the stats of
+/// handles that do not count their paths themselves).
 fn direct_ok(align: Option<usize>, offset: u64, len: usize, ptr: *const u8) -> bool {
     match align {
         Some(a) if a.is_power_of_two() && len > 0 => {
@@ -113,10 +162,9 @@ fn direct_ok(align: Option<usize>, offset: u64, len: usize, ptr: *const u8) -> b
     }
 }
 
-/// Reads a chunk straight into host-visible destination memory.
+/// Reads a chunk straight into host-visible destination memory (the token carries the lease).
 struct DirectJob {
     shared: Arc<Shared>,
-    dst: Arc<DeviceBuffer>,
     dst_offset: usize,
     token: ChunkToken,
 }
@@ -125,26 +173,34 @@ impl Job for DirectJob {
     fn run(self: Box<Self>, handle: &mut dyn ReadAt) {
         let DirectJob {
             shared,
-            dst,
             dst_offset,
             token,
         } = *self;
         let (offset, len) = (token.offset, token.len);
-        let Some(p) = dst.host_ptr_at(dst_offset) else {
+        let p = match &token.lease {
+            Some(l) if l.check(dst_offset, len).is_ok() => l.buffer().host_ptr_at(dst_offset),
+            _ => None,
+        };
+        let Some(p) = p else {
+            // Unreachable: the dispatcher plans chunks inside the item's lease, host-visible.
             let e = token.shutdown_error();
             return token.finish(Err(e));
         };
-        // SAFETY: submit checked dst_offset + len <= dst.len(); the request holds a write lease
-        // on this range (no other writer, no reader through read_d2h), chunks of one request are
-        // disjoint, and `dst` (an Arc) keeps the memory alive for this call.
+        // SAFETY: the range is inside the token's lease (checked above), which is inside the
+        // buffer; the write lease excludes every other writer and reader (engine requests,
+        // copies, read_d2h) while the token holds it (until `finish` below), chunks of one
+        // request are disjoint, and the lease's Arc keeps the memory alive for this call. DeviceMemory promises host_ptr is
+        // valid for the buffer's length.
         let buf = unsafe { std::slice::from_raw_parts_mut(p, len) };
         let t0 = Instant::now();
-        let direct = direct_ok(handle.direct_alignment(), offset, len, p);
+        let aligned = direct_ok(handle.direct_alignment(), offset, len, p);
+        let before = handle.counters();
         let r = handle.read_exact_at(buf, offset);
+        let path = ReadPath::between(before, handle.counters(), aligned);
         if shared.cold {
             handle.drop_cache(offset, len as u64);
         }
-        shared.stats.chunk_read(t0.elapsed(), direct, false);
+        shared.stats.chunk_read(t0.elapsed(), path, false);
         let r = r.map_err(|source| read_error(&shared, &token, source));
         token.finish(r);
     }
@@ -165,11 +221,11 @@ fn read_error(shared: &Shared, token: &ChunkToken, source: std::io::Error) -> En
     }
 }
 
-/// Reads a chunk into a staging slot and queues its copy to the destination.
+/// Reads a chunk into a staging slot and queues its copy to the destination (the token
+/// carries the lease; the backend holds its own clone until the copy has run).
 struct StagedJob {
     shared: Arc<Shared>,
     slot: SlotGuard,
-    dst: Arc<DeviceBuffer>,
     dst_offset: usize,
     token: ChunkToken,
     done: Sender<InFlight>,
@@ -180,35 +236,19 @@ impl Job for StagedJob {
         let StagedJob {
             shared,
             mut slot,
-            dst,
             dst_offset,
             token,
             done,
         } = *self;
         let (offset, len) = (token.offset, token.len);
-        // Widen the read to the handle's alignment so the unbuffered path applies; chunk
-        // boundaries sit at multiples of slot_bytes (a multiple of 4096), so the widened range
-        // still fits the slot unless the alignment is larger than that. Never past the file end.
-        let align = handle.direct_alignment();
-        let (start, end) = (offset, offset + len as u64);
-        let (r0, r1) = match align {
-            Some(a) if shared.align_reads && a.is_power_of_two() => {
-                let m = a as u64 - 1;
-                let r0 = start & !m;
-                let r1 = end
-                    .checked_add(m)
-                    .map_or(end, |e| e & !m)
-                    .min(shared.source.len());
-                if r1 - r0 <= slot.buf().len() as u64 {
-                    (r0, r1)
-                } else {
-                    (start, end)
-                }
-            }
-            _ => (start, end),
-        };
+        // Widen the read to the handle's alignment so the unbuffered path applies; the chunk
+        // grid is anchored at 4096 (GRID_ALIGN), so the widened range fits the slot unless the
+        // alignment is larger than that.
+        let align = handle.direct_alignment().filter(|_| shared.align_reads);
+        let slot_len = slot.buf().len();
+        let (r0, r1) = widen(offset, len, align, shared.source.len(), slot_len);
         let n = (r1 - r0) as usize;
-        let head = (start - r0) as usize;
+        let head = (offset - r0) as usize;
         let buf = match slot.buf().as_mut_slice() {
             Ok(b) => b,
             Err(source) => {
@@ -222,26 +262,35 @@ impl Job for StagedJob {
             return token.finish(Err(e));
         };
         let t0 = Instant::now();
-        let direct = direct_ok(align, r0, n, target.as_ptr());
+        let aligned = direct_ok(align, r0, n, target.as_ptr());
+        let before = handle.counters();
         let r = handle.read_exact_at(target, r0);
+        let path = ReadPath::between(before, handle.counters(), aligned);
         if shared.cold {
             handle.drop_cache(r0, n as u64);
         }
-        shared.stats.chunk_read(t0.elapsed(), direct, true);
+        shared.stats.chunk_read(t0.elapsed(), path, true);
         if let Err(source) = r {
             let e = read_error(&shared, &token, source);
             return token.finish(Err(e));
         }
         let issued = Instant::now();
+        let Some(lease) = token.lease.as_ref() else {
+            // Unreachable: planned chunks always carry their lease.
+            let e = token.shutdown_error();
+            return token.finish(Err(e));
+        };
         if let Err(source) = shared
             .device
-            .copy_h2d_async(slot.buf(), head, &dst, dst_offset, len)
+            .copy_h2d_leased(slot.buf(), head, lease, dst_offset, len)
         {
             let e = device_error(&token, source);
             return token.finish(Err(e));
         }
         // The completer lives until every job's sender is gone, so this cannot fail; if it did,
-        // dropping the message still waits the event (slot guard) and fails the token (Lost).
+        // the dropped message fails the token (Lost) and returns the slot with its copy's event
+        // recorded (the next user of the slot waits for it), and the backend's clone of the
+        // lease keeps the destination range leased until the copy is over.
         let _ = done.send(InFlight {
             slot,
             token,
@@ -317,8 +366,8 @@ impl Dispatcher {
 
     fn fail_all(&self, p: Pending) {
         for it in &p.items {
-            for (off, len, _) in chunks(it.offset, it.len, self.shared.slot_bytes) {
-                let t = ChunkToken::new(Arc::clone(&p.state), off, len, it.label.clone());
+            for (off, len, _) in chunks(it.offset, it.len, self.shared.slot_bytes, GRID_ALIGN) {
+                let t = ChunkToken::new(Arc::clone(&p.state), off, len, it.label.clone(), None);
                 let e = t.shutdown_error();
                 t.finish(Err(e));
             }
@@ -346,8 +395,19 @@ impl Dispatcher {
         let Pending { state, items } = p;
         let mut stopped = false;
         for it in items {
-            for (off, len, rel) in chunks(it.offset, it.len, self.shared.slot_bytes) {
-                let token = ChunkToken::new(Arc::clone(&state), off, len, it.label.clone());
+            let host_visible = it.lease.buffer().host_visible();
+            // The item's lease moves into its chunks' tokens (the last one takes the original),
+            // so none stays behind here once the chunks can complete.
+            let mut lease = Some(it.lease);
+            let mut planned =
+                chunks(it.offset, it.len, self.shared.slot_bytes, GRID_ALIGN).peekable();
+            while let Some((off, len, rel)) = planned.next() {
+                let share = if planned.peek().is_some() {
+                    lease.clone()
+                } else {
+                    lease.take()
+                };
+                let token = ChunkToken::new(Arc::clone(&state), off, len, it.label.clone(), share);
                 stopped = stopped || self.stopping();
                 if stopped {
                     let e = token.shutdown_error();
@@ -355,10 +415,9 @@ impl Dispatcher {
                     continue;
                 }
                 let dst_offset = it.dst_offset + rel;
-                if it.dst.host_visible() {
+                if host_visible {
                     self.pool.submit(Box::new(DirectJob {
                         shared: Arc::clone(&self.shared),
-                        dst: Arc::clone(&it.dst),
                         dst_offset,
                         token,
                     }));
@@ -376,7 +435,6 @@ impl Dispatcher {
                         buf: Some(buf),
                         home: self.free_home.clone(),
                     },
-                    dst: Arc::clone(&it.dst),
                     dst_offset,
                     token,
                     done: self.done.clone(),
@@ -391,28 +449,72 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunks_split_at_multiples_and_cover_the_range() {
-        for (off, len, c) in [
-            (0u64, 10usize, 4usize),
-            (3, 10, 4),
-            (4, 8, 4),
-            (7, 1, 4),
-            ((1 << 32) - 5, 20, 8),
-            (5, 0, 4),
+    fn chunks_tile_the_range_on_a_grid_anchored_at_the_request() {
+        for (off, len, c, a) in [
+            (0u64, 10usize, 4usize, 4u64),
+            (3, 10, 4, 4),
+            (4, 8, 4, 4),
+            (7, 1, 4, 4),
+            ((1 << 32) - 5, 20, 8, 8),
+            (5, 0, 4, 4),
+            (4096 * 3 + 17, 3 << 20, 1 << 20, 4096),
+            (123, 999, 64, 1),
         ] {
-            let v: Vec<_> = chunks(off, len, c).collect();
-            assert_eq!(v.len() as u64, chunk_count(off, len, c), "{off} {len} {c}");
+            let v: Vec<_> = chunks(off, len, c, a).collect();
+            assert_eq!(
+                v.len() as u64,
+                chunk_count(off, len, c, a),
+                "{off} {len} {c}"
+            );
+            let base = off - off % a;
             let mut pos = off;
             for &(o, l, rel) in &v {
                 assert_eq!(o, pos);
                 assert_eq!(rel as u64, o - off);
                 assert!(l > 0 && l <= c);
-                // Only the first chunk may start unaligned.
-                assert!(o == off || o % c as u64 == 0);
+                // Every chunk but the first starts on the grid, and none crosses a window.
+                assert!(o == off || (o - base) % c as u64 == 0);
+                assert_eq!((o - base) / c as u64, (o + l as u64 - 1 - base) / c as u64);
                 pos += l as u64;
             }
             assert_eq!(pos, off + len as u64);
         }
+    }
+
+    #[test]
+    fn a_slot_sized_request_anywhere_in_a_block_is_one_chunk() {
+        // The case strace showed as two reads: 4 MiB starting 4 KiB past a 4 MiB line.
+        let (s, a) = (4usize << 20, GRID_ALIGN);
+        assert_eq!(chunk_count((4 << 20) + 4096, s, s, a), 1);
+        // Expert slices (2-3 MiB) at any 32-byte offset are one chunk.
+        for off in [32u64, 4064, 12_345 * 32, (5 << 30) + 96] {
+            assert_eq!(chunk_count(off, 2_752_512, s, a), 1, "{off}");
+        }
+        // Unaligned and exactly slot-sized: the remainder of the first block spills over.
+        assert_eq!(chunk_count(100, s, s, a), 2);
+    }
+
+    #[test]
+    fn widened_reads_fit_the_slot_and_stay_in_the_file() {
+        let s = 4usize << 20;
+        for off in [0u64, 1, 4095, 4096, 12_345, (1 << 32) + 7] {
+            for (o, l, _) in chunks(off, 3 * s + 5, s, GRID_ALIGN) {
+                let (r0, r1) = widen(o, l, Some(4096), u64::MAX, s);
+                assert!(r0 <= o && r1 >= o + l as u64, "covers the chunk");
+                assert_eq!(r0 % 4096, 0, "starts aligned");
+                assert!(r1 - r0 <= s as u64, "fits the slot");
+                assert_eq!(r1 % 4096, 0);
+                // 512-byte alignment fits too.
+                let (q0, q1) = widen(o, l, Some(512), u64::MAX, s);
+                assert!(q1 - q0 <= s as u64 && q0 % 512 == 0);
+            }
+        }
+        // Never past the end of the file, even when that leaves the end unaligned.
+        assert_eq!(widen(4000, 100, Some(4096), 4100, s), (0, 4100));
+        // No alignment, or a widened range too big for the slot: the chunk as it is.
+        assert_eq!(widen(5, 10, None, 100, s), (5, 15));
+        assert_eq!(widen(4095, 4096, Some(4096), 1 << 20, 4096), (4095, 8191));
+        assert_eq!(widen(5, 10, Some(3), 100, s), (5, 15));
     }
 
     #[test]

@@ -172,7 +172,7 @@ pub(crate) struct RequestState {
     /// Set by the one `finalize` that completes the request.
     finalized: AtomicBool,
     error: Mutex<Option<EngineError>>,
-    leases: Mutex<Vec<WriteLease>>,
+    leases: Mutex<Vec<Arc<WriteLease>>>,
     started: Instant,
     completion: Arc<Completion>,
     stats: Arc<Stats>,
@@ -181,7 +181,7 @@ pub(crate) struct RequestState {
 impl RequestState {
     pub(crate) fn new(
         chunks: u64,
-        leases: Vec<WriteLease>,
+        leases: Vec<Arc<WriteLease>>,
         completion: Arc<Completion>,
         stats: Arc<Stats>,
     ) -> Arc<Self> {
@@ -254,12 +254,17 @@ impl Drop for RequestState {
     }
 }
 
-/// The right (and duty) to finish one chunk exactly once.
+/// The right (and duty) to finish one chunk exactly once. It carries the chunk's share of the
+/// destination's write lease and drops it before the chunk counts as finished, so that when the
+/// last chunk completes the request no engine thread holds the lease any more (a caller woken by
+/// the ticket can read its destination back at once).
 pub(crate) struct ChunkToken {
     req: Option<Arc<RequestState>>,
     pub(crate) offset: u64,
     pub(crate) len: usize,
     pub(crate) label: Option<Arc<str>>,
+    /// `None` only for chunks failed before they were planned (nothing to write).
+    pub(crate) lease: Option<Arc<WriteLease>>,
 }
 
 impl ChunkToken {
@@ -268,16 +273,19 @@ impl ChunkToken {
         offset: u64,
         len: usize,
         label: Option<Arc<str>>,
+        lease: Option<Arc<WriteLease>>,
     ) -> Self {
         Self {
             req: Some(req),
             offset,
             len,
             label,
+            lease,
         }
     }
 
     pub(crate) fn finish(mut self, r: Result<(), EngineError>) {
+        self.lease = None;
         if let Some(req) = self.req.take() {
             if r.is_ok() {
                 req.stats.delivered(self.len as u64);
@@ -297,6 +305,7 @@ impl ChunkToken {
 
 impl Drop for ChunkToken {
     fn drop(&mut self) {
+        self.lease = None;
         if let Some(req) = self.req.take() {
             req.finish_chunk(Err(EngineError::Lost {
                 offset: self.offset,

@@ -5,6 +5,7 @@
 //! dispatcher waited for a free staging slot: the ring is too small or copies too slow).
 //! Histograms are behind one mutex each; they are touched once per chunk, not per byte.
 
+use ds4_io::ReadCounters;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,10 +74,18 @@ pub struct StatsSnapshot {
     pub failed_requests: u64,
     /// Chunks read (ok or failed).
     pub chunks: u64,
-    /// Chunks whose read could use the unbuffered path (offset, length, buffer aligned).
+    /// Chunks read entirely through the unbuffered path (as the handle reports it; for sources
+    /// that report nothing: chunks whose offset, length and buffer were aligned for it).
     pub direct_chunks: u64,
-    /// Chunks read through the page cache.
+    /// Chunks read (at least partly) through the page cache.
     pub buffered_chunks: u64,
+    /// Chunks that could have gone unbuffered but were read from the page cache because the
+    /// handle's cache probe found their bytes there (hot file).
+    pub cache_hit_chunks: u64,
+    /// Chunks the cache probe sent to the unbuffered path (bytes not cached).
+    pub cache_miss_chunks: u64,
+    /// Cache probes that failed for one chunk (it went unbuffered; the probe stays on).
+    pub probe_errors: u64,
     /// Chunks that went through a staging slot and a device copy.
     pub staged_chunks: u64,
     /// Chunks read straight into host-visible destination memory (no copy).
@@ -93,6 +102,30 @@ pub struct StatsSnapshot {
     pub stall_total_us: u64,
 }
 
+/// Which way one chunk's read went (from the handle's counters around the read).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ReadPath {
+    pub(crate) direct: bool,
+    pub(crate) cache_hit: bool,
+    pub(crate) cache_miss: bool,
+    pub(crate) probe_error: bool,
+}
+
+impl ReadPath {
+    /// From the handle's counters before and after the read; `aligned` (offset, length and
+    /// address fit the handle's direct alignment) decides for handles that count nothing.
+    pub(crate) fn between(before: ReadCounters, after: ReadCounters, aligned: bool) -> Self {
+        let d = after.direct_bytes.wrapping_sub(before.direct_bytes);
+        let b = after.buffered_bytes.wrapping_sub(before.buffered_bytes);
+        Self {
+            direct: if d + b > 0 { b == 0 } else { aligned },
+            cache_hit: after.cache_hits != before.cache_hits,
+            cache_miss: after.cache_misses != before.cache_misses,
+            probe_error: after.probe_errors != before.probe_errors,
+        }
+    }
+}
+
 /// Live statistics, shared by the engine's threads.
 pub(crate) struct Stats {
     bytes: AtomicU64,
@@ -101,6 +134,9 @@ pub(crate) struct Stats {
     chunks: AtomicU64,
     direct_chunks: AtomicU64,
     buffered_chunks: AtomicU64,
+    cache_hit_chunks: AtomicU64,
+    cache_miss_chunks: AtomicU64,
+    probe_errors: AtomicU64,
     staged_chunks: AtomicU64,
     zero_copy_chunks: AtomicU64,
     stall_total_us: AtomicU64,
@@ -119,6 +155,9 @@ impl Stats {
             chunks: AtomicU64::new(0),
             direct_chunks: AtomicU64::new(0),
             buffered_chunks: AtomicU64::new(0),
+            cache_hit_chunks: AtomicU64::new(0),
+            cache_miss_chunks: AtomicU64::new(0),
+            probe_errors: AtomicU64::new(0),
             staged_chunks: AtomicU64::new(0),
             zero_copy_chunks: AtomicU64::new(0),
             stall_total_us: AtomicU64::new(0),
@@ -129,16 +168,24 @@ impl Stats {
         }
     }
 
-    /// A chunk was read: `direct` says whether the unbuffered path was possible, `staged`
-    /// whether it went through a slot.
-    pub(crate) fn chunk_read(&self, took: Duration, direct: bool, staged: bool) {
+    /// A chunk was read along `path`; `staged` says whether it went through a slot.
+    pub(crate) fn chunk_read(&self, took: Duration, path: ReadPath, staged: bool) {
         self.chunks.fetch_add(1, Ordering::Relaxed);
-        let c = if direct {
+        let c = if path.direct {
             &self.direct_chunks
         } else {
             &self.buffered_chunks
         };
         c.fetch_add(1, Ordering::Relaxed);
+        for (yes, c) in [
+            (path.cache_hit, &self.cache_hit_chunks),
+            (path.cache_miss, &self.cache_miss_chunks),
+            (path.probe_error, &self.probe_errors),
+        ] {
+            if yes {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let c = if staged {
             &self.staged_chunks
         } else {
@@ -179,6 +226,9 @@ impl Stats {
             chunks: ld(&self.chunks),
             direct_chunks: ld(&self.direct_chunks),
             buffered_chunks: ld(&self.buffered_chunks),
+            cache_hit_chunks: ld(&self.cache_hit_chunks),
+            cache_miss_chunks: ld(&self.cache_miss_chunks),
+            probe_errors: ld(&self.probe_errors),
             staged_chunks: ld(&self.staged_chunks),
             zero_copy_chunks: ld(&self.zero_copy_chunks),
             chunk_read: self.chunk_read.snapshot(),
@@ -197,6 +247,9 @@ impl Stats {
             &self.chunks,
             &self.direct_chunks,
             &self.buffered_chunks,
+            &self.cache_hit_chunks,
+            &self.cache_miss_chunks,
+            &self.probe_errors,
             &self.staged_chunks,
             &self.zero_copy_chunks,
             &self.stall_total_us,

@@ -416,8 +416,19 @@ fn check_bad(ctx: &Ctx, op: &Op, r: Result<Ticket, EngineError>) {
 pub fn failed(ctx: &Ctx, source: u32, op: &Op, labels: &[Arc<str>], e: &EngineError) {
     let (kind, eio_op) = classify(e);
     ctx.tally.error(kind);
+    // `read_bytes` (the unlabelled requests) reads its range widened to 4096-byte boundaries
+    // inside the file, so its reads (and their errors) may cover up to 4095 bytes either side.
+    let file_len = ctx.engine.file_len();
+    let read_range = |r: &(u64, usize, usize)| -> (u64, u64) {
+        if labels.is_empty() && r.1 > 0 {
+            let (a, b) = crate::engine::plan_widen(r.0, r.1, Some(4096), file_len, usize::MAX);
+            (a, b - a)
+        } else {
+            (r.0, r.1 as u64)
+        }
+    };
     ctx.tally
-        .unobserved(source, op.ranges.iter().map(|r| (r.0, r.1 as u64)));
+        .unobserved(source, op.ranges.iter().map(read_range));
     match (kind, e) {
         (
             ErrorKind::Eio,
@@ -434,7 +445,8 @@ pub fn failed(ctx: &Ctx, source: u32, op: &Op, labels: &[Arc<str>], e: &EngineEr
                     Some(l) => label.as_deref() == Some(&**l),
                     None => label.is_none(),
                 };
-                label_ok && *offset >= r.0 && offset + len <= r.0 + r.1 as u64
+                let (start, n) = read_range(r);
+                label_ok && *offset >= start && offset + len <= start + n
             });
             if !inside {
                 ctx.tally.unexpected(format!(

@@ -10,7 +10,9 @@
 //! their own allocations by type (the host backend downcasts); a test checks device buffers by
 //! their `Arc` count instead (the engine and the backend keep clones only while writing).
 
-use crate::device::{BackendKind, Device, DeviceBuffer, DeviceError, PinnedBuf, PinnedMemory};
+use crate::device::{
+    BackendKind, Device, DeviceBuffer, DeviceError, PinnedBuf, PinnedMemory, WriteLease,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -42,6 +44,8 @@ impl PinnedCounter {
 pub struct CountingDevice {
     inner: Arc<dyn Device>,
     counter: Arc<PinnedCounter>,
+    /// Pinned allocations still allowed before they fail (`u64::MAX`: no limit).
+    pinned_left: AtomicU64,
 }
 
 impl CountingDevice {
@@ -49,7 +53,15 @@ impl CountingDevice {
         Self {
             inner,
             counter: Arc::default(),
+            pinned_left: AtomicU64::new(u64::MAX),
         }
+    }
+
+    /// Lets `n` more pinned allocations succeed; the ones after fail with `OutOfMemory`
+    /// (staging-allocation failure tests).
+    pub fn fail_pinned_after(self, n: u64) -> Self {
+        self.pinned_left.store(n, Ordering::SeqCst);
+        self
     }
 
     /// The counter; stays readable after the device is dropped.
@@ -74,7 +86,11 @@ unsafe impl Send for Counted {}
 // SAFETY: as above; `Counted` has no interior mutability of its own.
 unsafe impl Sync for Counted {}
 
-impl PinnedMemory for Counted {
+// SAFETY: `ptr` and `len` are the inner PinnedBuf's whole allocation (taken from its
+// `as_mut_slice`), which the inner buffer keeps valid, aligned and at a stable address until
+// `_inner` drops with this object; nothing else touches it (the inner buffer is never used again
+// and records no copies).
+unsafe impl PinnedMemory for Counted {
     fn as_ptr(&self) -> *mut u8 {
         self.ptr
     }
@@ -103,6 +119,20 @@ impl Device for CountingDevice {
         self.inner.unified_memory()
     }
     fn alloc_pinned(&self, len: usize) -> Result<PinnedBuf, DeviceError> {
+        let allowed = self
+            .pinned_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
+                u64::MAX => Some(n),
+                0 => None,
+                _ => Some(n - 1),
+            })
+            .is_ok();
+        if !allowed {
+            return Err(DeviceError::OutOfMemory {
+                bytes: len as u64,
+                what: "pinned host memory (injected failure)",
+            });
+        }
         let mut inner = self.inner.alloc_pinned(len)?;
         // A fresh buffer has no copy in flight: this does not block.
         let ptr = inner.as_mut_slice()?.as_mut_ptr();
@@ -111,26 +141,30 @@ impl Device for CountingDevice {
             .fetch_add(len as u64, Ordering::SeqCst);
         self.counter.live_bufs.fetch_add(1, Ordering::SeqCst);
         self.counter.total_allocs.fetch_add(1, Ordering::SeqCst);
-        Ok(PinnedBuf::new(Box::new(Counted {
-            _inner: inner,
-            ptr,
-            len,
-            counter: Arc::clone(&self.counter),
-        })))
+        let deferred = Arc::clone(inner.deferred());
+        Ok(PinnedBuf::new(
+            Box::new(Counted {
+                _inner: inner,
+                ptr,
+                len,
+                counter: Arc::clone(&self.counter),
+            }),
+            deferred,
+        ))
     }
     fn alloc(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
         self.inner.alloc(len)
     }
-    fn copy_h2d_async(
+    fn copy_h2d_leased(
         &self,
         src: &mut PinnedBuf,
         src_offset: usize,
-        dst: &Arc<DeviceBuffer>,
+        dst: &Arc<WriteLease>,
         dst_offset: usize,
         len: usize,
     ) -> Result<(), DeviceError> {
         self.inner
-            .copy_h2d_async(src, src_offset, dst, dst_offset, len)
+            .copy_h2d_leased(src, src_offset, dst, dst_offset, len)
     }
     fn read_d2h(
         &self,

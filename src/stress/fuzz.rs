@@ -416,15 +416,24 @@ pub fn check_plan_chunks(data: &[u8]) {
     check_plan(offset, len, chunk);
 }
 
-/// The tiling properties of `plan_chunks(offset, len, chunk)`.
+/// The grid alignment the checks pair with a chunk size: 4096 (the engine's) for multiples of
+/// 4096, else the chunk's largest power-of-two factor (1 for odd chunks).
+pub fn plan_align(chunk: usize) -> u64 {
+    1u64 << chunk.trailing_zeros().min(12)
+}
+
+/// The tiling properties of `plan_chunks(offset, len, chunk, align)`: windows of `chunk` bytes
+/// on a grid anchored at `offset` rounded down to `align`.
 pub fn check_plan(offset: u64, len: usize, chunk: usize) {
     let c = chunk as u128;
-    let count = plan_chunk_count(offset, len, chunk);
+    let align = plan_align(chunk);
+    let base = u128::from(offset - offset % align);
+    let count = plan_chunk_count(offset, len, chunk, align);
     let expected = if len == 0 {
         0
     } else {
-        let (first, last) = (u128::from(offset), u128::from(offset) + len as u128 - 1);
-        last / c - first / c + 1
+        let last = u128::from(offset) + len as u128 - 1;
+        (last - base) / c + 1
     };
     assert_eq!(
         u128::from(count),
@@ -437,7 +446,7 @@ pub fn check_plan(offset: u64, len: usize, chunk: usize) {
     let end = u128::from(offset) + len as u128;
     let mut pos = u128::from(offset);
     let mut n = 0u64;
-    for (o, l, rel) in plan_chunks(offset, len, chunk) {
+    for (o, l, rel) in plan_chunks(offset, len, chunk, align) {
         n += 1;
         assert!(n <= count, "more chunks than plan_chunk_count said");
         let o128 = u128::from(o);
@@ -452,13 +461,13 @@ pub fn check_plan(offset: u64, len: usize, chunk: usize) {
             "offset into the item"
         );
         assert!(
-            o128 == u128::from(offset) || o128 % c == 0,
-            "only the first chunk may start unaligned"
+            o128 == u128::from(offset) || (o128 - base) % c == 0,
+            "only the first chunk may start off the grid"
         );
         assert_eq!(
-            o128 / c,
-            (o128 + l as u128 - 1) / c,
-            "chunk crosses a slot boundary"
+            (o128 - base) / c,
+            (o128 + l as u128 - 1 - base) / c,
+            "chunk crosses a window of the grid"
         );
         pos = o128 + l as u128;
         assert!(pos <= end, "chunk past the end of the range");
@@ -537,7 +546,9 @@ struct Rig {
 fn rig() -> &'static Mutex<Rig> {
     static RIG: OnceLock<Mutex<Rig>> = OnceLock::new();
     RIG.get_or_init(|| {
-        let device: Arc<dyn Device> = Arc::new(HostDevice::discrete(Default::default()));
+        let device: Arc<dyn Device> = Arc::new(
+            HostDevice::discrete(Default::default()).expect("the host device starts its thread"),
+        );
         let align = Arc::new(AtomicUsize::new(0));
         let past_end = Arc::new(AtomicU64::new(0));
         let src: Arc<dyn Source> = Arc::new(ProbeSource {

@@ -129,6 +129,8 @@ pub enum StressError {
     Engine(#[source] EngineError),
     #[error("cannot start the async runtime or a client thread: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error("the host device did not start")]
+    Device(#[source] crate::device::DeviceError),
 }
 
 /// Memory the clients' destinations may take at once.
@@ -373,6 +375,7 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
                 OpenConfig {
                     direct: cfg.engine.direct,
                     drop_cache: false,
+                    use_cache: !cfg.engine.cold,
                 },
             )
             .map_err(err)?;
@@ -380,10 +383,13 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
         }
     };
 
-    let counting = CountingDevice::new(Arc::new(HostDevice::new(HostConfig {
+    let host = HostDevice::new(HostConfig {
         host_visible: cfg.unified,
         copy_delay: cfg.faults.slow_copy,
-    })));
+        gate: None,
+    })
+    .map_err(StressError::Device)?;
+    let counting = CountingDevice::new(Arc::new(host));
     let pinned = counting.counter();
     let device: Arc<dyn Device> = Arc::new(counting);
     let starter = Arc::new(Starter {

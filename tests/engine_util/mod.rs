@@ -29,12 +29,12 @@ pub fn cfg(slots: usize, slot_bytes: usize) -> EngineConfig {
 
 /// Host device reading straight into destinations (unified memory).
 pub fn unified() -> Arc<dyn Device> {
-    Arc::new(HostDevice::new(HostConfig::default()))
+    Arc::new(HostDevice::new(HostConfig::default()).expect("host device starts"))
 }
 
 /// Host device emulating a discrete GPU: staging ring + copy thread, copies delayed.
 pub fn discrete(delay: Duration) -> Arc<dyn Device> {
-    Arc::new(HostDevice::discrete(delay))
+    Arc::new(HostDevice::discrete(delay).expect("host device starts"))
 }
 
 /// Both kinds of host device, named.

@@ -11,9 +11,24 @@
 //!
 //! A request whose offset, length and buffer address are aligned goes to the unbuffered fd; a
 //! large unaligned request reads its aligned middle unbuffered and its head and tail buffered
-//! (see [`super::plan`]). When the kernel or the filesystem refuses unbuffered IO (`EINVAL`,
-//! `ENOTSUP` at open or at a read: tmpfs on older kernels, some FUSE and network filesystems)
-//! the handle falls back to buffered reads for the rest of its life and records why.
+//! (see [`super::plan`]). When the unbuffered fd cannot be opened (for any reason) or the kernel
+//! refuses an unbuffered read (`EINVAL`, `ENOTSUP`: tmpfs on older kernels, some FUSE and
+//! network filesystems) the handle falls back to buffered reads for the rest of its life and
+//! records why.
+//!
+//! Hot files ([`OpenConfig::use_cache`], Linux): before a read that would go unbuffered, the
+//! handle asks whether its bytes are in the page cache, and reads them from there if they are
+//! (an unbuffered read would fetch them from the disk again, at a fraction of memory speed).
+//! The probe is `cachestat(2)` (Linux 6.5+; no side effect). Where it is missing or filtered
+//! (ENOSYS, EPERM in a seccomp sandbox) the fallback is a `preadv2(RWF_NOWAIT)` of the range's
+//! first page on the buffered fd, which is set to `POSIX_FADV_RANDOM`: measured on Linux 6.18,
+//! an RWF_NOWAIT read that misses still starts readahead of the whole range it asked for (three
+//! 4 MiB probes of a cold file left 16 MiB in the page cache), so probing the whole range would
+//! read cold data twice (once buffered, once unbuffered); one page with readahead off costs at
+//! most one 4 KiB read per miss. A NOWAIT result of 0 bytes counts as a miss, never as end of
+//! file (the 5.9/5.10 bug in preadv2(2) BUGS). Each handle probes on its own: an error on one
+//! read sends that read unbuffered and is counted; only "unsupported" answers turn a probe off,
+//! for that handle.
 //!
 //! Limits: the file is assumed not to change while it is read (it is a model file); a file that
 //! was replaced on disk between [`SharedFile::open`] and a worker's open is detected by its
@@ -87,6 +102,29 @@ fn check_same_file(file: &File, dev: u64, ino: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// How a handle asks whether a range is in the page cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probe {
+    /// Not asked (cold reads, no unbuffered path) or nothing works here.
+    None,
+    #[cfg(target_os = "linux")]
+    Cachestat,
+    #[cfg(target_os = "linux")]
+    NoWait,
+}
+
+impl Probe {
+    fn name(self) -> &'static str {
+        match self {
+            Probe::None => "none",
+            #[cfg(target_os = "linux")]
+            Probe::Cachestat => "cachestat",
+            #[cfg(target_os = "linux")]
+            Probe::NoWait => "rwf_nowait",
+        }
+    }
+}
+
 /// State of the unbuffered path of one handle.
 enum Direct {
     /// Not requested ([`OpenConfig::direct`] is false).
@@ -107,6 +145,7 @@ struct UnixHandle {
     ino: u64,
     buffered: File,
     direct: Direct,
+    probe: Probe,
     drop_cache: bool,
     stats: HandleStats,
 }
@@ -129,12 +168,18 @@ impl UnixHandle {
                 }
             }
         };
+        let probe = if cfg.use_cache && matches!(direct, Direct::Ready { .. }) {
+            choose_probe(&buffered, &mut stats)
+        } else {
+            Probe::None
+        };
         Self {
             path: path.to_path_buf(),
             dev: shared.dev,
             ino: shared.ino,
             buffered,
             direct,
+            probe,
             drop_cache: cfg.drop_cache,
             stats,
         }
@@ -162,12 +207,52 @@ impl UnixHandle {
                 *fd = Some(f);
                 Ok(Some(raw))
             }
-            Err(e) if refuses_direct(&e) => {
+            // Whatever the reason (EINVAL from the filesystem, EMFILE, a replaced file), the
+            // buffered fd can still serve every read.
+            Err(e) => {
                 self.disable_direct(format!("opening for unbuffered reads failed: {e}"));
                 Ok(None)
             }
-            Err(e) => Err(e),
         }
+    }
+
+    /// True when the page cache should serve this read (the probe found its bytes there).
+    fn cached(&mut self, offset: u64, len: usize) -> bool {
+        let hit = match self.probe {
+            Probe::None => return false,
+            #[cfg(target_os = "linux")]
+            Probe::Cachestat => match linux::cachestat(&self.buffered, offset, len as u64) {
+                // At least half of the range's pages cached: the page cache serves it (a mixed
+                // range costs a buffered read of its cold part, instead of re-reading its hot
+                // part from the disk).
+                Ok((cached, pages)) => cached * 2 >= pages,
+                Err(_) => {
+                    self.stats.probe_errors += 1;
+                    return false;
+                }
+            },
+            #[cfg(target_os = "linux")]
+            Probe::NoWait => match linux::nowait_first_page(&self.buffered, offset) {
+                Ok(hit) => hit,
+                Err(e) if linux::unsupported(&e) => {
+                    self.probe = Probe::None;
+                    self.stats.cache_probe = Probe::None.name();
+                    self.stats.cache_probe_note =
+                        Some(format!("preadv2(RWF_NOWAIT) refused, probe off: {e}"));
+                    return false;
+                }
+                Err(_) => {
+                    self.stats.probe_errors += 1;
+                    return false;
+                }
+            },
+        };
+        if hit {
+            self.stats.cache_hits += 1;
+        } else {
+            self.stats.cache_misses += 1;
+        }
+        hit
     }
 
     fn read_inner(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -197,6 +282,11 @@ impl UnixHandle {
                 mem_align,
             ),
             Direct::Off | Direct::Disabled => Plan::Buffered,
+        };
+        let p = if p != Plan::Buffered && self.cached(offset, buf.len()) {
+            Plan::Buffered
+        } else {
+            p
         };
         match p {
             Plan::Buffered => self.read_buffered(buf, offset),
@@ -314,6 +404,150 @@ impl ReadAt for UnixHandle {
         let mut s = self.stats.clone();
         s.direct_active = matches!(self.direct, Direct::Ready { .. });
         s
+    }
+
+    fn counters(&self) -> crate::file::ReadCounters {
+        self.stats.counters()
+    }
+}
+
+/// Picks this handle's cache probe: cachestat when the kernel answers it, else RWF_NOWAIT on
+/// one page (with readahead turned off on the buffered fd), else none; says why in `stats`.
+fn choose_probe(buffered: &File, stats: &mut HandleStats) -> Probe {
+    #[cfg(target_os = "linux")]
+    {
+        let why_not_cachestat = match linux::cachestat(buffered, 0, 1) {
+            Ok(_) => {
+                stats.cache_probe = Probe::Cachestat.name();
+                return Probe::Cachestat;
+            }
+            Err(e) => e,
+        };
+        // Readahead off first, so that the probe below reads at most one page of a cold file.
+        linux::advise(buffered, libc::POSIX_FADV_RANDOM);
+        match linux::nowait_first_page(buffered, 0) {
+            Ok(_) => {
+                stats.cache_probe = Probe::NoWait.name();
+                stats.cache_probe_note =
+                    Some(format!("cachestat unavailable: {why_not_cachestat}"));
+                Probe::NoWait
+            }
+            Err(e) => {
+                linux::advise(buffered, libc::POSIX_FADV_NORMAL);
+                stats.cache_probe = Probe::None.name();
+                stats.cache_probe_note = Some(format!(
+                    "no page-cache probe: cachestat: {why_not_cachestat}; preadv2(RWF_NOWAIT): {e}"
+                ));
+                Probe::None
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = buffered;
+        stats.cache_probe = Probe::None.name();
+        stats.cache_probe_note = Some("no page-cache probe on this OS".into());
+        Probe::None
+    }
+}
+
+/// The Linux page-cache probes.
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::AsRawFd;
+
+    /// `cachestat` has one number on every architecture (the unified table, Linux 6.5).
+    const SYS_CACHESTAT: libc::c_long = 451;
+
+    #[repr(C)]
+    struct CachestatRange {
+        off: u64,
+        len: u64,
+    }
+
+    #[repr(C)]
+    #[derive(Default)]
+    struct Cachestat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+
+    /// (cached pages, pages) of `[offset, offset + len)`, pages of 4096 bytes.
+    pub(super) fn cachestat(f: &File, offset: u64, len: u64) -> io::Result<(u64, u64)> {
+        let first = offset / 4096;
+        let last = (offset + len.max(1) - 1) / 4096;
+        let range = CachestatRange {
+            off: first * 4096,
+            len: (last - first + 1) * 4096,
+        };
+        let mut cs = Cachestat::default();
+        // SAFETY: the fd is open (owned by `f`); `range` is readable and `cs` writable for the
+        // kernel's structs of exactly these layouts (five u64 out, two u64 in); flags 0.
+        let r = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                f.as_raw_fd(),
+                &range as *const CachestatRange,
+                &mut cs as *mut Cachestat,
+                0u32,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((cs.nr_cache, last - first + 1))
+    }
+
+    /// Reads the page holding `offset` with RWF_NOWAIT: `Ok(true)` when the page cache had it,
+    /// `Ok(false)` when it did not (EAGAIN, or 0 bytes: the 5.9/5.10 bug, or end of file).
+    pub(super) fn nowait_first_page(f: &File, offset: u64) -> io::Result<bool> {
+        let mut page = [0u8; 4096];
+        let at = offset - offset % 4096;
+        let off =
+            libc::off_t::try_from(at).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        let iov = libc::iovec {
+            iov_base: page.as_mut_ptr().cast(),
+            iov_len: page.len(),
+        };
+        loop {
+            // SAFETY: `iov` describes `page`, a live writable stack buffer of its length, for
+            // the whole call; the fd is open (owned by `f`).
+            let r = unsafe { libc::preadv2(f.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) };
+            if r > 0 {
+                return Ok(true);
+            }
+            if r == 0 {
+                return Ok(false);
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Ok(false),
+                Some(libc::EINTR) => continue,
+                _ => return Err(e),
+            }
+        }
+    }
+
+    /// True for the answers of a kernel or sandbox that has no RWF_NOWAIT for this file.
+    pub(super) fn unsupported(e: &io::Error) -> bool {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS | libc::EPERM)
+        )
+    }
+
+    /// Access advice for the whole file (POSIX_FADV_RANDOM: readahead off, so a NOWAIT probe
+    /// that misses reads one page, not a window).
+    pub(super) fn advise(f: &File, advice: libc::c_int) {
+        // SAFETY: posix_fadvise only reads its integer arguments; the fd is open. Best effort.
+        unsafe {
+            libc::posix_fadvise(f.as_raw_fd(), 0, 0, advice);
+        }
     }
 }
 
@@ -459,6 +693,7 @@ mod tests {
         let cfg = OpenConfig {
             direct: true,
             drop_cache: false,
+            use_cache: false,
         };
         let mut h = UnixHandle::new(&path, file, &shared, &cfg);
         h.direct = Direct::Ready {
@@ -478,6 +713,72 @@ mod tests {
         h.read_exact_at(&mut buf[1..], 4099).unwrap();
         p.verify(4099, &buf[1..]).unwrap();
         assert_eq!(h.stats().direct_calls, s.direct_calls);
+    }
+
+    /// The cache-first decision (`use_cache`), with each probe this kernel offers: a range in
+    /// the page cache is read buffered, a range dropped from it is read unbuffered, and the
+    /// RWF_NOWAIT probe of a cold range pulls at most a page or two into the cache (not the
+    /// range: the readahead pitfall documented at the top of this file).
+    #[test]
+    fn hot_ranges_come_from_the_page_cache_and_cold_ones_unbuffered() {
+        const LEN: u64 = 8 << 20;
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let path = dir.path().join("hot.bin");
+        let p = pattern::write_full(&path, LEN).unwrap();
+        File::open(&path).unwrap().sync_all().unwrap(); // clean pages can be dropped
+        let (shared, _) = SharedFile::open(&path).unwrap();
+        let cfg = OpenConfig {
+            direct: true,
+            drop_cache: false,
+            use_cache: true,
+        };
+        let mut h = UnixHandle::new(&path, File::open(&path).unwrap(), &shared, &cfg);
+        if h.probe == Probe::None || !matches!(h.direct, Direct::Ready { .. }) {
+            eprintln!(
+                "skipped: no unbuffered path or no cache probe here: {:?}",
+                h.stats()
+            );
+            return;
+        }
+        let drop_all = |h: &UnixHandle| {
+            // SAFETY: integer arguments only; the fd is open.
+            unsafe { libc::posix_fadvise(h.buffered.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        };
+        let mut buf = crate::AlignedBuf::new(1 << 20, 4096).unwrap();
+        for probe in [Probe::Cachestat, Probe::NoWait] {
+            h.probe = probe;
+            if probe == Probe::NoWait {
+                linux::advise(&h.buffered, libc::POSIX_FADV_RANDOM);
+            }
+            // Hot: read the range buffered once so it is cached, then through the handle.
+            let mut warm = vec![0u8; 1 << 20];
+            h.read_buffered(&mut warm, 0).unwrap();
+            let before = h.stats();
+            h.read_exact_at(&mut buf, 0).unwrap();
+            p.verify(0, &buf).unwrap();
+            let s = h.stats();
+            assert_eq!(s.cache_hits, before.cache_hits + 1, "{probe:?} {s:?}");
+            assert_eq!(s.direct_bytes, before.direct_bytes, "{probe:?}");
+            // Cold: dropped from the cache, read unbuffered.
+            drop_all(&h);
+            let (cached, _) = linux::cachestat(&h.buffered, 0, LEN).unwrap_or((0, 0));
+            if cached > 0 {
+                eprintln!("skipped {probe:?}: the kernel kept {cached} pages after DONTNEED");
+                continue;
+            }
+            let before = h.stats();
+            h.read_exact_at(&mut buf, 4 << 20).unwrap();
+            p.verify(4 << 20, &buf).unwrap();
+            let s = h.stats();
+            assert_eq!(s.cache_misses, before.cache_misses + 1, "{probe:?} {s:?}");
+            assert_eq!(s.direct_bytes, before.direct_bytes + (1 << 20), "{probe:?}");
+            if let Ok((cached, _)) = linux::cachestat(&h.buffered, 4 << 20, 1 << 20) {
+                assert!(
+                    cached <= 2,
+                    "{probe:?}: the probe pulled {cached} pages into the cache"
+                );
+            }
+        }
     }
 
     #[test]
