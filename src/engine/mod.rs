@@ -310,12 +310,12 @@ impl Engine {
                 }
             };
             // Cannot overflow: each item has at most file_len / 4096 + 2 chunks.
-            chunks = chunks.saturating_add(chunk_count(
-                r.offset,
-                r.len,
-                self.cfg.slot_bytes,
-                GRID_ALIGN,
-            ));
+            let count = if r.dst.host_visible() {
+                pipeline::host_chunk_count
+            } else {
+                chunk_count
+            };
+            chunks = chunks.saturating_add(count(r.offset, r.len, self.cfg.slot_bytes, GRID_ALIGN));
             items.push(Item {
                 offset: r.offset,
                 len: r.len,

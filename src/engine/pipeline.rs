@@ -92,6 +92,52 @@ pub fn chunks(
     })
 }
 
+/// Chunks of a read into host-visible memory, which has no slot to fit: like [`chunks`], but a
+/// last window shorter than a quarter chunk joins the one before it (up to 1.25 chunks), so a
+/// request slightly longer than a chunk (e.g. a `read_bytes` widened to 4096) is one read, not a
+/// chunk and a sliver. Windows still split long requests so several workers share them.
+pub fn host_chunk_count(offset: u64, len: usize, chunk: usize, align: u64) -> u64 {
+    let n = chunk_count(offset, len, chunk, align);
+    if merges_tail(offset, len, chunk, align, n) {
+        n - 1
+    } else {
+        n
+    }
+}
+
+/// The chunks of [`host_chunk_count`]: (file offset, length, offset into the item).
+pub fn host_chunks(
+    offset: u64,
+    len: usize,
+    chunk: usize,
+    align: u64,
+) -> impl Iterator<Item = (u64, usize, usize)> {
+    let n = chunk_count(offset, len, chunk, align);
+    let merge = merges_tail(offset, len, chunk, align, n);
+    let end = offset + len as u64;
+    let keep = if merge { n - 1 } else { n };
+    chunks(offset, len, chunk, align)
+        .take(usize::try_from(keep).unwrap_or(usize::MAX))
+        .enumerate()
+        .map(move |(i, (o, l, rel))| {
+            if merge && i as u64 == keep - 1 {
+                (o, (end - o) as usize, rel)
+            } else {
+                (o, l, rel)
+            }
+        })
+}
+
+fn merges_tail(offset: u64, len: usize, chunk: usize, align: u64, n: u64) -> bool {
+    if n < 2 {
+        return false;
+    }
+    let a = anchor(offset, align);
+    let last_start = a + (n - 1) * chunk as u64; // > offset since n >= 2
+    let last_len = offset + len as u64 - last_start;
+    last_len < (chunk / 4) as u64
+}
+
 /// The file range a staged chunk `[offset, offset + len)` is read as: widened to `align` (the
 /// handle's direct-IO alignment) so the unbuffered path applies, never past `file_len`, and only
 /// when the widened range fits a slot of `slot_len` bytes (else the chunk itself).
@@ -366,7 +412,14 @@ impl Dispatcher {
 
     fn fail_all(&self, p: Pending) {
         for it in &p.items {
-            for (off, len, _) in chunks(it.offset, it.len, self.shared.slot_bytes, GRID_ALIGN) {
+            let (c, a) = (self.shared.slot_bytes, GRID_ALIGN);
+            let planned: Box<dyn Iterator<Item = (u64, usize, usize)>> =
+                if it.lease.buffer().host_visible() {
+                    Box::new(host_chunks(it.offset, it.len, c, a))
+                } else {
+                    Box::new(chunks(it.offset, it.len, c, a))
+                };
+            for (off, len, _) in planned {
                 let t = ChunkToken::new(Arc::clone(&p.state), off, len, it.label.clone(), None);
                 let e = t.shutdown_error();
                 t.finish(Err(e));
@@ -399,8 +452,13 @@ impl Dispatcher {
             // The item's lease moves into its chunks' tokens (the last one takes the original),
             // so none stays behind here once the chunks can complete.
             let mut lease = Some(it.lease);
-            let mut planned =
-                chunks(it.offset, it.len, self.shared.slot_bytes, GRID_ALIGN).peekable();
+            let (c, a) = (self.shared.slot_bytes, GRID_ALIGN);
+            let planned: Box<dyn Iterator<Item = (u64, usize, usize)>> = if host_visible {
+                Box::new(host_chunks(it.offset, it.len, c, a))
+            } else {
+                Box::new(chunks(it.offset, it.len, c, a))
+            };
+            let mut planned = planned.peekable();
             while let Some((off, len, rel)) = planned.next() {
                 let share = if planned.peek().is_some() {
                     lease.clone()
@@ -492,6 +550,32 @@ mod tests {
         }
         // Unaligned and exactly slot-sized: the remainder of the first block spills over.
         assert_eq!(chunk_count(100, s, s, a), 2);
+    }
+
+    #[test]
+    fn host_chunks_merge_a_short_tail_and_tile_the_range() {
+        let (s, a) = (4usize << 20, GRID_ALIGN);
+        // A 4 MiB read widened by 4 KiB: one read.
+        assert_eq!(host_chunk_count(4096 * 7, s + 4096, s, a), 1);
+        // A long read still splits for parallelism.
+        assert_eq!(host_chunk_count(0, 10 * s, s, a), 10);
+        for (off, len) in [
+            (0u64, 1usize),
+            (4096 * 7, s + 4096),
+            (3, 5 * s + 17),
+            (5, 2 * s),
+            (77, s / 2 * 3),
+        ] {
+            let v: Vec<_> = host_chunks(off, len, s, a).collect();
+            assert_eq!(v.len() as u64, host_chunk_count(off, len, s, a));
+            let mut pos = off;
+            for &(o, l, rel) in &v {
+                assert_eq!((o, rel as u64), (pos, pos - off));
+                assert!(l > 0 && l <= s + s / 4, "{off} {len}: {l}");
+                pos += l as u64;
+            }
+            assert_eq!(pos, off + len as u64, "{off} {len}");
+        }
     }
 
     #[test]
