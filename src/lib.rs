@@ -8,7 +8,7 @@ pub mod bench;
 pub mod cli;
 pub mod device;
 pub mod engine;
-pub mod gen;
+pub mod generate;
 pub mod gguf;
 pub mod model;
 pub mod stress;

@@ -11,7 +11,7 @@
 use super::{chain, CliError, CliResult};
 use crate::device::{Device, HostConfig, HostDevice};
 use crate::engine::{Engine, EngineConfig, ReadRequest};
-use crate::gen::{FillPlan, Generator, Scale, Shape, FILL_KEY};
+use crate::generate::{FillPlan, Generator, Scale, Shape, FILL_KEY};
 use crate::gguf::{GgmlType, GgufFile};
 use crate::model::{Ds4Model, ExpertKind};
 use std::fmt::Write as _;
@@ -99,7 +99,7 @@ fn ensure_model(a: &Args) -> CliResult {
         "generating the demo model at {} ...",
         a.model.display()
     );
-    super::gen::run(super::gen::Args {
+    super::gen_model::run(super::gen_model::Args {
         out: a.model.clone(),
         scale: Scale::Demo,
         seed: a.seed,
@@ -107,7 +107,7 @@ fn ensure_model(a: &Args) -> CliResult {
         fill: false,
         fill_layers: None,
         fill_experts: None,
-        quant: super::gen::Quant::Q2,
+        quant: super::gen_model::Quant::Q2,
         force: false,
     })
 }

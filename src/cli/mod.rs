@@ -5,7 +5,7 @@
 
 mod cat;
 mod demo;
-mod gen;
+mod gen_model;
 mod inspect;
 
 use clap::{Parser, Subcommand};
@@ -27,7 +27,7 @@ pub enum Command {
     /// Write one tensor's bytes (or one expert's slice) to stdout.
     Cat(cat::Args),
     /// Write a deterministic DS4-layout GGUF (tiny, demo or full flash shape).
-    GenModel(gen::Args),
+    GenModel(gen_model::Args),
     /// Generate the demo model if needed and stream its experts through the engine (the main
     /// job on the embedded default).
     Demo(demo::Args),
@@ -137,7 +137,7 @@ pub fn main() -> ExitCode {
     let r = match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::Cat(a) => cat::run(a),
-        Command::GenModel(a) => gen::run(a),
+        Command::GenModel(a) => gen_model::run(a),
         Command::Demo(a) => demo::run(a),
     };
     match r {

@@ -1,8 +1,8 @@
 use super::*;
-use crate::gen::{plan_layout, Shape};
+use crate::generate::{plan_layout, Shape};
 
 fn file_for(shape: &Shape) -> GgufFile {
-    plan_layout(shape, 0, &crate::gen::FillPlan::full())
+    plan_layout(shape, 0, &crate::generate::FillPlan::full())
         .unwrap()
         .expected_file()
 }

@@ -6,7 +6,7 @@
 //! unless `--force`; an existing directory, device or FIFO is never replaced.
 
 use super::{chain, CliError, CliResult};
-use crate::gen::{self, FillPlan, GenError, Generator, Holes, Scale, Shape};
+use crate::generate::{self, FillPlan, GenError, Generator, Holes, Scale, Shape};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -117,10 +117,14 @@ fn fill_plan(a: &Args) -> Result<FillPlan, GenError> {
         fill_layers: a
             .fill_layers
             .as_deref()
-            .map(gen::parse_list)
+            .map(generate::parse_list)
             .transpose()?
             .unwrap_or_default(),
-        fill_experts: a.fill_experts.as_deref().map(gen::parse_list).transpose()?,
+        fill_experts: a
+            .fill_experts
+            .as_deref()
+            .map(generate::parse_list)
+            .transpose()?,
     })
 }
 
@@ -166,11 +170,11 @@ pub fn run(a: Args) -> CliResult {
     // NTFS fills unmarked holes with written zeros. Nothing to do on Unix.
     ds4_io::mark_sparse(&file);
 
-    let total = gen::plan_layout(&shape, a.seed, &plan)
+    let total = generate::plan_layout(&shape, a.seed, &plan)
         .map_err(|e| CliError::runtime(chain(&e)))?
         .total_len;
     let pb = progress_bar(total);
-    let result = gen::write_model(file, &generator, &plan, 1 << 20, &mut |pos| {
+    let result = generate::write_model(file, &generator, &plan, 1 << 20, &mut |pos| {
         pb.set_position(pos)
     });
     pb.finish_and_clear();
