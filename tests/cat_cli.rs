@@ -1,5 +1,7 @@
 //! `ds4 cat` on a generated tiny model: bytes equal the generator's, expert slices, ranges,
 //! exit codes with one-line errors, and a closed stdout counted as success.
+// Needs the ds4 binary, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 mod gen_util;
 

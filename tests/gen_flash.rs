@@ -3,6 +3,8 @@
 //! table against the writer's plan and gguf-py, the model map's expert slices against the
 //! formula of DS4_FACTS.md, the tensor-span numbers of DS4_TENSORS.md, and `ds4 cat` of experts
 //! past 4 GiB against the generator. Writes ~40 MiB of real data.
+// Needs the ds4 binary, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 mod gen_util;
 

@@ -1,6 +1,8 @@
 //! `ds4 gen-model` files read back by gguf-py (the independent oracle): the same tensor table
 //! (names, types, shapes, absolute offsets, sizes), the same metadata, the generator's bytes,
 //! and blocks that gguf-py's dequantizers turn into finite, bounded values.
+// Needs the ds4 binary (gen_util), built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 mod gen_util;
 

@@ -8,7 +8,8 @@ use super::{GenError, Generator};
 use crate::model::ExpertKind;
 
 /// What is left as holes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "tools", derive(clap::ValueEnum))]
 pub enum Holes {
     /// Nothing: every byte is written.
     None,

@@ -91,13 +91,6 @@ fn flash_map_matches_the_formula() {
         text.contains("11,008 experts, 77,913,391,104 B (72.56 GiB)"),
         "{text}"
     );
-    let j = m.summary_json();
-    assert_eq!(j["bytes_per_expert"]["total"], 7_077_888);
-    assert_eq!(j["bytes_per_expert"]["down"], 2_752_512);
-    assert_eq!(j["routed_bytes"], 77_913_391_104u64);
-    assert_eq!(j["uniform"], true);
-    assert_eq!(j["per_layer"].as_array().unwrap().len(), 43);
-    assert_eq!(j["per_layer"][42]["gate"]["type"], "IQ2_XXS");
 }
 
 #[test]

@@ -327,10 +327,6 @@ impl HostDest {
         self.buf.len() as u64
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-
     /// Overwrites `[0, len)` with a poison byte, so a run that writes nothing cannot pass
     /// verification on the bytes a previous run left.
     pub fn poison(&mut self, len: u64) {
@@ -411,7 +407,7 @@ impl DestPtr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::plan::EXPERT_BYTES;
+    use crate::plan::EXPERT_BYTES;
 
     /// Writes what `plan` says into a HostDest, reading from `file_bytes`.
     fn deliver(plan: &Plan, file_bytes: &[u8], dest: &mut HostDest) {
@@ -475,7 +471,7 @@ mod tests {
         // Only a sample is checked; make sure this byte is in it by checking a 4 KiB head. After
         // laps [0,8) [8,16) [16,20) MiB, destination 5 MiB holds file byte 13 MiB.
         let mut plan1 = plan.clone();
-        plan1.batches = vec![vec![crate::bench::plan::Request {
+        plan1.batches = vec![vec![crate::plan::Request {
             file_off: 13 << 20,
             len: 4096,
             dest_off: 5 << 20,

@@ -196,7 +196,7 @@ impl Ctx<'_> {
                         // fio failing (e.g. no O_DIRECT on this filesystem) costs its rows,
                         // not the benchmark.
                         slot.skipped = true;
-                        self.log(&format!("  fio skipped: {}", crate::cli::chain(&e)));
+                        self.log(&format!("  fio skipped: {}", ds4_stream::cli::chain(&e)));
                     }
                     Err(e) => return Err(e),
                 }
