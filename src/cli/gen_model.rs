@@ -1,23 +1,13 @@
 //! `ds4 gen-model OUT.gguf --scale tiny|demo|flash`: writes a deterministic DS4-layout GGUF.
 //!
-//! The file is written to `OUT.tmp-<pid>` and renamed into place only when complete, so a
-//! failure (full disk, IO error) never leaves a half-written OUT; the temporary file is removed
-//! on every error path (not when the process is killed by a signal). Existing files are kept
-//! unless `--force`; an existing directory, device or FIFO is never replaced.
+//! The flags convert into [`generate::Options`]; [`generate::write_file`] writes through a
+//! temporary file renamed into place when complete (no half-written OUT, ever). Existing files
+//! are kept unless `--force`; an existing directory, device or FIFO is never replaced.
 
 use super::{chain, CliError, CliResult};
-use crate::generate::{self, FillPlan, GenError, Generator, Holes, Scale, Shape};
+use crate::generate::{self, GenError, Holes, Options, Quant, Scale};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-
-/// Routed expert quantization.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Quant {
-    /// gate/up IQ2_XXS, down Q2_K (the q2 imatrix file users run; 6.75 MiB per Flash expert).
-    Q2,
-    /// gate/up/down Q4_K (13.5 MiB per Flash expert).
-    Q4,
-}
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -53,31 +43,11 @@ pub struct Args {
     pub force: bool,
 }
 
-/// Removes the temporary file unless disarmed (on success it has been renamed away).
-struct TmpFile {
-    path: PathBuf,
-    armed: bool,
-}
-
-impl Drop for TmpFile {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
-fn tmp_path(out: &Path) -> PathBuf {
-    let mut name = out.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".tmp-{}", std::process::id()));
-    out.with_file_name(name)
-}
-
 /// Refuses, before any work, an OUT the final rename would fail on or should never replace:
 /// no file name (`dir/`, `..`), an existing directory, device or FIFO (as root, `--force` on
 /// `/dev/null` would otherwise replace the device node with a regular file), or an existing
 /// file without `--force`.
-fn check_out(out: &Path, force: bool) -> CliResult {
+pub fn check_out(out: &Path, force: bool) -> CliResult {
     let s = out.as_os_str().to_string_lossy();
     if out.file_name().is_none() || s.ends_with('/') || s.ends_with(std::path::MAIN_SEPARATOR) {
         return Err(CliError::bad_input(format!(
@@ -105,27 +75,31 @@ fn check_out(out: &Path, force: bool) -> CliResult {
     }
 }
 
-fn fill_plan(a: &Args) -> Result<FillPlan, GenError> {
-    let holes = match (a.fill, a.holes) {
-        (true, _) => Holes::None,
-        (false, Some(h)) => h,
-        (false, None) if a.scale == Scale::Flash => Holes::Experts,
-        (false, None) => Holes::None,
-    };
-    Ok(FillPlan {
-        holes,
-        fill_layers: a
-            .fill_layers
-            .as_deref()
-            .map(generate::parse_list)
-            .transpose()?
-            .unwrap_or_default(),
-        fill_experts: a
-            .fill_experts
-            .as_deref()
-            .map(generate::parse_list)
-            .transpose()?,
-    })
+impl Args {
+    /// The typed options (the fill lists parsed; a bad list is bad input).
+    pub fn options(&self) -> Result<Options, GenError> {
+        Ok(Options {
+            scale: self.scale,
+            seed: self.seed,
+            holes: if self.fill {
+                Some(Holes::None)
+            } else {
+                self.holes
+            },
+            fill_layers: self
+                .fill_layers
+                .as_deref()
+                .map(generate::parse_list)
+                .transpose()?
+                .unwrap_or_default(),
+            fill_experts: self
+                .fill_experts
+                .as_deref()
+                .map(generate::parse_list)
+                .transpose()?,
+            quant: self.quant,
+        })
+    }
 }
 
 fn progress_bar(total: u64) -> indicatif::ProgressBar {
@@ -142,59 +116,23 @@ fn progress_bar(total: u64) -> indicatif::ProgressBar {
 }
 
 pub fn run(a: Args) -> CliResult {
-    let plan = fill_plan(&a).map_err(CliError::bad_input)?;
-    let shape = match a.quant {
-        Quant::Q2 => Shape::for_scale(a.scale),
-        Quant::Q4 => Shape::for_scale(a.scale).with_q4k(),
-    };
-    let generator = Generator::new(&shape, a.seed).map_err(|e| CliError::runtime(chain(&e)))?;
+    let opts = a.options().map_err(|e| CliError::bad_input(chain(&e)))?;
     check_out(&a.out, a.force)?;
-    let tmp_name = tmp_path(&a.out);
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp_name)
-        .map_err(|e| {
-            CliError::runtime(format!(
-                "cannot write {}: cannot create temporary file {}: {e}",
-                a.out.display(),
-                tmp_name.display()
-            ))
-        })?;
-    // Created by us: from here on every exit path removes it until the rename succeeds.
-    let mut tmp = TmpFile {
-        path: tmp_name,
-        armed: true,
-    };
-    // Every layout has holes (alignment padding at least; a flash layout ~80 GiB of them), and
-    // NTFS fills unmarked holes with written zeros. Nothing to do on Unix.
-    ds4_io::mark_sparse(&file);
+    write(&a.out, &opts)
+}
 
-    let total = generate::plan_layout(&shape, a.seed, &plan)
-        .map_err(|e| CliError::runtime(chain(&e)))?
-        .total_len;
+/// Writes the model of `opts` to `out` (already checked by [`check_out`]) with a progress bar,
+/// then prints the summary line.
+pub fn write(out: &Path, opts: &Options) -> CliResult {
+    let total = opts.file_len().map_err(|e| CliError::runtime(chain(&e)))?;
     let pb = progress_bar(total);
-    let result = generate::write_model(file, &generator, &plan, 1 << 20, &mut |pos| {
-        pb.set_position(pos)
-    });
+    let result = generate::write_file(out, opts, &mut |pos| pb.set_position(pos));
     pb.finish_and_clear();
-    let (file, summary) = result.map_err(|e| match e {
-        GenError::BadList { .. } | GenError::BadPlan { .. } => CliError::bad_input(chain(&e)),
-        _ => CliError::runtime(format!(
-            "cannot write {} (temporary file {}): {}",
-            a.out.display(),
-            tmp.path.display(),
-            chain(&e)
-        )),
+    let summary = result.map_err(|e| match e {
+        _ if e.is_bad_input() => CliError::bad_input(chain(&e)),
+        // Names both paths already.
+        GenError::Rename { .. } => CliError::runtime(chain(&e)),
+        _ => CliError::runtime(format!("cannot write {}: {}", out.display(), chain(&e))),
     })?;
-    drop(file);
-    std::fs::rename(&tmp.path, &a.out).map_err(|e| {
-        CliError::runtime(format!(
-            "cannot rename {} to {}: {e}",
-            tmp.path.display(),
-            a.out.display()
-        ))
-    })?;
-    tmp.armed = false;
-    super::out(&format!("wrote {}: {}\n", a.out.display(), summary.line())).map(|_| ())
+    super::out(&format!("wrote {}: {}\n", out.display(), summary.line())).map(|_| ())
 }

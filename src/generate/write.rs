@@ -55,7 +55,7 @@ impl GenSummary {
     }
 }
 
-fn check_plan(shape: &Shape, plan: &FillPlan) -> Result<(), GenError> {
+pub(crate) fn check_plan(shape: &Shape, plan: &FillPlan) -> Result<(), GenError> {
     if let Some(&l) = plan
         .fill_layers
         .iter()

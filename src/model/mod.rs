@@ -15,11 +15,12 @@
 mod error;
 mod summary;
 
-pub use error::ModelError;
+pub use error::{ModelError, ModelOpenError};
 pub use summary::{group_digits, human_bytes};
 
-use crate::gguf::{GgmlType, GgufFile, TensorInfo, Value};
+use crate::gguf::{parse_file, Caps, GgmlType, GgufFile, TensorInfo, Value};
 use std::collections::HashMap;
+use std::path::Path;
 
 /// `general.architecture` of a DS4 file.
 pub const ARCH: &str = "deepseek4";
@@ -483,6 +484,19 @@ impl<'a> Ctx<'a> {
 }
 
 impl Ds4Model {
+    /// Reads `path`'s GGUF header (the hostile-safe parser, default caps; tensor data is not
+    /// read) and builds the DS4 map: the file and its map. Errors name the path.
+    pub fn open(path: impl AsRef<Path>) -> Result<(GgufFile, Ds4Model), ModelOpenError> {
+        let path = path.as_ref();
+        let file =
+            parse_file(path, &Caps::default()).map_err(|e| ModelOpenError::from_gguf(path, e))?;
+        let model = Ds4Model::from_gguf(&file).map_err(|source| ModelOpenError::Layout {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok((file, model))
+    }
+
     /// Builds and validates the map from a parsed header.
     pub fn from_gguf(f: &GgufFile) -> Result<Self, ModelError> {
         match f.get("general.architecture") {

@@ -431,3 +431,28 @@ fn parses_routed_names() {
         );
     }
 }
+
+#[test]
+fn open_reads_a_written_file_and_names_the_path_on_errors() {
+    use crate::generate::{write_file, Options};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tiny.gguf");
+    write_file(&p, &Options::default(), &mut |_| {}).unwrap();
+    let (file, model) = Ds4Model::open(&p).unwrap();
+    assert_eq!(model, Ds4Model::from_gguf(&file).unwrap());
+    assert_eq!(model.layers.len() as u32, Shape::tiny().n_layer);
+
+    let missing = dir.path().join("missing.gguf");
+    let e = Ds4Model::open(&missing).unwrap_err();
+    assert!(e.is_bad_input() && e.path() == missing, "{e:?}");
+    assert!(e.to_string().contains("missing.gguf"), "{e}");
+
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a gguf file at all").unwrap();
+    let e = Ds4Model::open(&junk).unwrap_err();
+    assert!(
+        matches!(e, ModelOpenError::Header { .. }) && e.is_bad_input(),
+        "{e:?}"
+    );
+    assert_eq!(e.path(), junk);
+}
