@@ -5,13 +5,13 @@
 //! 64 KiB buffer (so at most one buffer of read-ahead past the header); it never maps the file or
 //! reads the data section. Offsets in [`TensorInfo`] are absolute file offsets.
 //!
-//! Files: `reader` (header layout and checks), `value` (metadata values), `source` (the slice /
-//! file cursor), `caps`, `error`, `types` (ggml type table), `writer`.
+//! Files: `reader` (header layout and checks), `value` (metadata values), `header_source` (the
+//! slice / file cursor), `caps`, `error`, `types` (ggml type table), `writer`.
 
 mod caps;
 mod error;
+mod header_source;
 mod reader;
-mod source;
 pub mod types;
 mod value;
 pub mod writer;

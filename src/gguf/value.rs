@@ -5,7 +5,7 @@
 //! remaining-value budget and what the rest of the file can hold at the element type's minimum
 //! encoded size before a single element is read.
 
-use super::source::Source;
+use super::header_source::HeaderSource;
 use super::{Caps, GgufError, Value};
 
 /// GGUF value type ids (gguf-py `GGUFValueType`).
@@ -57,7 +57,10 @@ fn min_encoded_size(id: u32) -> u64 {
 
 macro_rules! read_le {
     ($name:ident, $t:ty) => {
-        pub(crate) fn $name<S: Source>(src: &mut S, what: &'static str) -> Result<$t, GgufError> {
+        pub(crate) fn $name<S: HeaderSource>(
+            src: &mut S,
+            what: &'static str,
+        ) -> Result<$t, GgufError> {
             let mut b = [0u8; std::mem::size_of::<$t>()];
             src.read_exact(&mut b, what)?;
             Ok(<$t>::from_le_bytes(b))
@@ -94,7 +97,7 @@ impl Budget {
 /// Reads a GGUF string (u64 length + bytes) after checking the length against the caps (one
 /// string, all strings together) and the bytes left. `what` names the string for errors and is
 /// only built on failure.
-pub(crate) fn read_string_bytes<S: Source>(
+pub(crate) fn read_string_bytes<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     budget: &mut Budget,
@@ -151,7 +154,7 @@ struct Frame {
 
 /// Reads the value of type `ty` (whose type field was at `ty_at`) for metadata key `key`.
 /// `budget` is what the rest of the header may still decode.
-pub(crate) fn read_value<S: Source>(
+pub(crate) fn read_value<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     key: &str,
@@ -220,7 +223,7 @@ fn take_budget(
 /// Reads an array header (element type, length) and checks the length before anything is
 /// allocated for it. The array value itself was already charged to the budget by the caller
 /// (the top level) or is charged here (nested: `depth > 1`).
-fn open_array<S: Source>(
+fn open_array<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     key: &str,
@@ -279,7 +282,7 @@ fn open_array<S: Source>(
 }
 
 /// Reads one non-array value.
-fn read_scalar<S: Source>(
+fn read_scalar<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     budget: &mut Budget,
