@@ -37,7 +37,7 @@ pub enum BenchError {
     /// An input file that cannot be used (exit 2).
     #[error("{0}")]
     BadInput(String),
-    #[error("{what} {path}: offset {offset}, length {len}: {source}")]
+    #[error("{what} {}: offset {offset}, length {len}", path.display())]
     Io {
         what: &'static str,
         path: PathBuf,

@@ -60,16 +60,14 @@ impl CliError {
 
 pub type CliResult = Result<(), CliError>;
 
-/// Prints `err` and its source chain on one line.
+/// `err` and its source chain on one line, `a: b: c`. Every error type of the crate says only
+/// its own level in `Display` and leaves the cause to `source()`, so each cause appears once.
 pub fn chain(err: &dyn std::error::Error) -> String {
     let mut s = err.to_string();
     let mut cur = err.source();
     while let Some(e) = cur {
-        let m = e.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
+        s.push_str(": ");
+        s.push_str(&e.to_string());
         cur = e.source();
     }
     s

@@ -40,7 +40,7 @@ pub type Fill<'a> = dyn FnMut(u64, &mut [u8]) -> Result<(), FillError> + 'a;
 /// What can go wrong while planning or writing a GGUF file.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
-    #[error("I/O error writing {what} at byte {offset} (length {len}): {source}")]
+    #[error("I/O error writing {what} at byte {offset} (length {len})")]
     Io {
         what: String,
         offset: u64,
@@ -74,7 +74,7 @@ pub enum WriteError {
         len: u64,
         nbytes: u64,
     },
-    #[error("filling tensor {tensor:?} at byte {offset} of the tensor: {source}")]
+    #[error("filling tensor {tensor:?} at byte {offset} of the tensor")]
     Fill {
         tensor: String,
         offset: u64,
