@@ -19,5 +19,6 @@ pub mod gguf;
 pub mod model;
 #[cfg(feature = "tools")]
 pub mod stress;
+pub mod units;
 
 pub use ds4_io as io;

@@ -10,10 +10,10 @@
 //! Limits: a killed benchmark leaves its temp file behind (`ds4-bench-*.bin` in `--dir`).
 
 use super::plan::{Plan, SplitMix};
-use super::size::human;
 use super::BenchError;
 use ds4_io::pattern;
 use ds4_io::AlignedBuf;
+use ds4_stream::units::human_bytes;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,9 +39,9 @@ impl TestFile {
             if len.saturating_add(1 << 30) > avail {
                 return Err(BenchError::usage(format!(
                     "--size {} does not fit in {} ({} free, 1 GiB kept spare)",
-                    human(len),
+                    human_bytes(len),
                     dir.display(),
-                    human(avail)
+                    human_bytes(avail)
                 )));
             }
         }
@@ -316,7 +316,7 @@ impl HostDest {
         let mut buf = AlignedBuf::new(n, 4096).ok_or_else(|| {
             BenchError::Runtime(format!(
                 "cannot allocate {} of destination memory",
-                human(len)
+                human_bytes(len)
             ))
         })?;
         buf.fill(0x5a);

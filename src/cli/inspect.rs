@@ -11,6 +11,7 @@
 use super::{CliError, CliResult};
 use crate::gguf::{parse_file, Caps, GgufError, GgufFile, Value};
 use crate::model::{Ds4Model, ExpertKind, Layer};
+use crate::units::human_bytes;
 use serde_json::{json, Map, Value as J};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -219,7 +220,12 @@ pub fn text_view(path: &Path, f: &GgufFile) -> String {
     let _ = writeln!(s, "version:      GGUF v{}", f.version);
     let _ = writeln!(s, "alignment:    {}", f.alignment);
     let _ = writeln!(s, "data offset:  {} ({:#x})", f.data_offset, f.data_offset);
-    let _ = writeln!(s, "file size:    {} ({})", f.file_size, human(f.file_size));
+    let _ = writeln!(
+        s,
+        "file size:    {} ({})",
+        f.file_size,
+        human_bytes(f.file_size)
+    );
 
     let _ = writeln!(s, "\nmetadata ({} keys):", f.metadata.len());
     let kw = f
@@ -283,8 +289,8 @@ pub fn text_view(path: &Path, f: &GgufFile) -> String {
         "\ntotal: {} tensors, {} bytes ({}) in a data section of {}",
         f.tensors.len(),
         total,
-        human(total),
-        human(f.file_size.saturating_sub(f.data_offset))
+        human_bytes(total),
+        human_bytes(f.file_size.saturating_sub(f.data_offset))
     );
     let mut by_type: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for t in &f.tensors {
@@ -293,7 +299,7 @@ pub fn text_view(path: &Path, f: &GgufFile) -> String {
         e.1 = e.1.saturating_add(t.nbytes);
     }
     for (ty, (n, b)) in by_type {
-        let _ = writeln!(s, "  {ty:<8} {n:>6} tensors  {:>12}", human(b));
+        let _ = writeln!(s, "  {ty:<8} {n:>6} tensors  {:>12}", human_bytes(b));
     }
     s
 }
@@ -354,33 +360,9 @@ fn text_string(x: &str) -> String {
     format!("{head:?}... ({} bytes)", x.len())
 }
 
-/// 1536 -> "1.5 KiB".
-fn human(b: u64) -> String {
-    const U: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < U.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", U[i])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn human_sizes() {
-        assert_eq!(human(0), "0 B");
-        assert_eq!(human(1023), "1023 B");
-        assert_eq!(human(1536), "1.50 KiB");
-        assert_eq!(human(86_720_111_488), "80.76 GiB");
-    }
 
     #[test]
     fn ds4_json_of_the_flash_layout() {

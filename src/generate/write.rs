@@ -37,7 +37,7 @@ pub struct GenSummary {
 impl GenSummary {
     /// One line for the CLI.
     pub fn line(&self) -> String {
-        use crate::model::{group_digits, human_bytes};
+        use crate::units::{group_digits, human_bytes};
         format!(
             "{} tensors, {} B ({}) file, {} B written, {} B holes; {} layers x {} experts of {} B \
              (routed {}, resident {})",

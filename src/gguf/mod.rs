@@ -41,25 +41,6 @@ pub enum Value {
 }
 
 impl Value {
-    /// The GGUF value type name as gguf-py spells it (`UINT32`, `STRING`, `ARRAY`, ...).
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Value::U8(_) => "UINT8",
-            Value::I8(_) => "INT8",
-            Value::U16(_) => "UINT16",
-            Value::I16(_) => "INT16",
-            Value::U32(_) => "UINT32",
-            Value::I32(_) => "INT32",
-            Value::F32(_) => "FLOAT32",
-            Value::Bool(_) => "BOOL",
-            Value::String(_) => "STRING",
-            Value::Array(_) => "ARRAY",
-            Value::U64(_) => "UINT64",
-            Value::I64(_) => "INT64",
-            Value::F64(_) => "FLOAT64",
-        }
-    }
-
     /// For an array, the type name of its elements (taken from the first; `None` when the array
     /// is empty: GGUF records the element type but [`Value::Array`] does not keep it).
     pub fn elem_type_name(&self) -> Option<&'static str> {

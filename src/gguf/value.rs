@@ -23,24 +23,42 @@ pub(crate) const T_UINT64: u32 = 10;
 pub(crate) const T_INT64: u32 = 11;
 pub(crate) const T_FLOAT64: u32 = 12;
 
+/// gguf-py's names of the value types (`GGUFValueType`), indexed by type id: the one table of
+/// value type names (messages, `ds4 inspect`, the writer's errors all use it).
+const TYPE_NAMES: [&str; 13] = [
+    "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32", "BOOL", "STRING", "ARRAY",
+    "UINT64", "INT64", "FLOAT64",
+];
+
 /// The gguf-py name of a value type id, or `None` if the id is unknown.
 pub fn value_type_name(id: u32) -> Option<&'static str> {
-    Some(match id {
-        T_UINT8 => "UINT8",
-        T_INT8 => "INT8",
-        T_UINT16 => "UINT16",
-        T_INT16 => "INT16",
-        T_UINT32 => "UINT32",
-        T_INT32 => "INT32",
-        T_FLOAT32 => "FLOAT32",
-        T_BOOL => "BOOL",
-        T_STRING => "STRING",
-        T_ARRAY => "ARRAY",
-        T_UINT64 => "UINT64",
-        T_INT64 => "INT64",
-        T_FLOAT64 => "FLOAT64",
-        _ => return None,
-    })
+    TYPE_NAMES.get(id as usize).copied()
+}
+
+impl Value {
+    /// The GGUF value type id of this value (what the file stores before it).
+    pub fn gguf_type(&self) -> u32 {
+        match self {
+            Value::U8(_) => T_UINT8,
+            Value::I8(_) => T_INT8,
+            Value::U16(_) => T_UINT16,
+            Value::I16(_) => T_INT16,
+            Value::U32(_) => T_UINT32,
+            Value::I32(_) => T_INT32,
+            Value::F32(_) => T_FLOAT32,
+            Value::Bool(_) => T_BOOL,
+            Value::String(_) => T_STRING,
+            Value::Array(_) => T_ARRAY,
+            Value::U64(_) => T_UINT64,
+            Value::I64(_) => T_INT64,
+            Value::F64(_) => T_FLOAT64,
+        }
+    }
+
+    /// The GGUF value type name as gguf-py spells it (`UINT32`, `STRING`, `ARRAY`, ...).
+    pub fn type_name(&self) -> &'static str {
+        value_type_name(self.gguf_type()).unwrap_or("unknown")
+    }
 }
 
 /// Smallest encoding of one value of a type: a string is at least its u64 length, an array at

@@ -16,7 +16,6 @@ mod error;
 mod summary;
 
 pub use error::{ModelError, ModelOpenError};
-pub use summary::{group_digits, human_bytes};
 
 use crate::gguf::{parse_file, Caps, GgmlType, GgufFile, TensorInfo, Value};
 use std::collections::HashMap;
@@ -214,25 +213,6 @@ pub struct Ds4Model {
     pub resident_bytes: u64,
 }
 
-fn value_kind(v: &Value) -> String {
-    match v {
-        Value::U8(_) => "u8",
-        Value::I8(_) => "i8",
-        Value::U16(_) => "u16",
-        Value::I16(_) => "i16",
-        Value::U32(_) => "u32",
-        Value::I32(_) => "i32",
-        Value::F32(_) => "f32",
-        Value::Bool(_) => "bool",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::U64(_) => "u64",
-        Value::I64(_) => "i64",
-        Value::F64(_) => "f64",
-    }
-    .to_string()
-}
-
 /// A non-negative integer key, at most `max`.
 fn key_uint(f: &GgufFile, key: &str, max: u64) -> Result<Option<u64>, ModelError> {
     let Some(v) = f.get(key) else {
@@ -253,7 +233,7 @@ fn key_uint(f: &GgufFile, key: &str, max: u64) -> Result<Option<u64>, ModelError
         return Err(ModelError::KeyType {
             key: key.to_string(),
             expected: "an unsigned integer",
-            found: value_kind(v),
+            found: v.type_name().to_string(),
         });
     }
     let n = v.as_u64().ok_or_else(|| ModelError::BadValue {
@@ -515,7 +495,7 @@ impl Ds4Model {
                 return Err(ModelError::KeyType {
                     key: "general.architecture".to_string(),
                     expected: "a string",
-                    found: value_kind(v),
+                    found: v.type_name().to_string(),
                 })
             }
         }

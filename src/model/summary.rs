@@ -1,35 +1,7 @@
 //! Human and machine summaries of a [`Ds4Model`] (what `ds4 inspect` shows as the DS4 view).
 
 use super::{Ds4Model, ExpertKind, Layer};
-
-/// `1234567` -> `1,234,567`.
-pub fn group_digits(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// Bytes with a binary unit: `6.75 MiB`, `72.56 GiB`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
+use crate::units::{group_digits, human_bytes};
 
 /// The per-expert signature of a layer: (type, expert bytes) of gate, up, down.
 fn signature(l: &Layer) -> [(crate::gguf::GgmlType, u64); 3] {
@@ -90,20 +62,5 @@ impl Ds4Model {
             human_bytes(self.resident_bytes),
         ));
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(group_digits(0), "0");
-        assert_eq!(group_digits(999), "999");
-        assert_eq!(group_digits(7077888), "7,077,888");
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(7077888), "6.75 MiB");
-        assert_eq!(human_bytes(77913391104), "72.56 GiB");
     }
 }

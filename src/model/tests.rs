@@ -148,7 +148,7 @@ fn rejects_metadata_errors() {
     let e = err(&f);
     assert!(matches!(e, ModelError::KeyType { .. }), "{e}");
     assert!(
-        e.to_string().contains("deepseek4.block_count is f32"),
+        e.to_string().contains("deepseek4.block_count is FLOAT32"),
         "{e}"
     );
 
