@@ -87,7 +87,7 @@ impl Drop for TmpFile {
 }
 
 /// `OUT.tmp-<pid>`, beside OUT (so the rename stays on one file system).
-pub fn tmp_path(out: &Path) -> PathBuf {
+fn tmp_path(out: &Path) -> PathBuf {
     let mut name = out.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".tmp-{}", std::process::id()));
     out.with_file_name(name)
