@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README's second command; .ci/run calls it too).
-# Creates .venv with gguf-py 0.19.0 (the independent GGUF oracle) if it is missing, then runs
-# every test of the workspace.
+# Creates .venv with gguf-py 0.19.0 (the independent GGUF oracle) if it is missing, checks that
+# the engine library builds lean (no tools' dependencies), then runs every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! .venv/bin/python -c 'import gguf' 2>/dev/null; then
@@ -9,4 +9,17 @@ if ! .venv/bin/python -c 'import gguf' 2>/dev/null; then
     .venv/bin/pip install -q gguf==0.19.0
 fi
 export DS4_PYTHON="$PWD/.venv/bin/python"
+
+# The engine library must stay usable without the tools: with --no-default-features it pulls in
+# no command-line, progress-bar, JSON, async-runtime or mmap crate, and it builds.
+lean=$(cargo tree -p ds4-stream --no-default-features -e normal --prefix none)
+for dep in clap indicatif serde_json tokio memmap2; do
+    if grep -q "^$dep v" <<<"$lean"; then
+        echo "test.sh: ds4-stream --no-default-features depends on $dep:" >&2
+        cargo tree -p ds4-stream --no-default-features -e normal -i "$dep" >&2
+        exit 1
+    fi
+done
+cargo build -p ds4-stream --lib --release --no-default-features
+
 cargo test --workspace --release "$@"

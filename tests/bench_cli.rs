@@ -1,6 +1,8 @@
 //! `ds4-bench io` end to end on a small patterned file: JSON rows parse, every delivered byte
 //! sample was verified, ratios are filled in, CSV and SVG are written, a corrupted destination
 //! fails the run, and bad flags exit 2.
+// Needs the ds4-bench binary, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 use std::path::Path;
 use std::process::{Command, Output};

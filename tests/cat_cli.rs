@@ -1,9 +1,11 @@
 //! `ds4 cat` on a generated tiny model: bytes equal the generator's, expert slices, ranges,
 //! exit codes with one-line errors, and a closed stdout counted as success.
+// Needs the ds4 binary, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 mod gen_util;
 
-use ds4_stream::gen::{Generator, Shape};
+use ds4_stream::generate::{Generator, Shape};
 use ds4_stream::model::ExpertKind;
 use gen_util::*;
 use std::io::Read;
@@ -23,15 +25,15 @@ fn cat(p: &Path, args: &[&str]) -> std::process::Output {
     ds4().arg("cat").arg(p).args(args).output().unwrap()
 }
 
-fn want(gen: &Generator, name: &str, off: u64, len: u64) -> Vec<u8> {
+fn want(generator: &Generator, name: &str, off: u64, len: u64) -> Vec<u8> {
     let mut v = vec![0u8; len as usize];
-    gen.tensor_bytes(name, off, &mut v).unwrap();
+    generator.tensor_bytes(name, off, &mut v).unwrap();
     v
 }
 
 #[test]
 fn whole_tensors_experts_and_ranges() {
-    let (_d, p, gen) = tiny();
+    let (_d, p, generator) = tiny();
     for name in [
         "token_embd.weight",
         "blk.0.ffn_gate_tid2eid.weight",
@@ -40,31 +42,31 @@ fn whole_tensors_experts_and_ranges() {
     ] {
         let o = cat(&p, &[name]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let n = gen.tensor_len(name).unwrap();
-        assert!(o.stdout == want(&gen, name, 0, n), "{name}");
+        let n = generator.tensor_len(name).unwrap();
+        assert!(o.stdout == want(&generator, name, 0, n), "{name}");
     }
     for kind in ExpertKind::ALL {
         let name = kind.tensor_name(2);
-        let eb = gen.expert_bytes(kind);
+        let eb = generator.expert_bytes(kind);
         for e in [0u64, 7, 15] {
             let o = cat(&p, &[&name, "--expert", &e.to_string()]);
             assert!(o.status.success());
             assert!(
-                o.stdout == want(&gen, &name, e * eb, eb),
+                o.stdout == want(&generator, &name, e * eb, eb),
                 "{name} expert {e}"
             );
         }
         let o = cat(&p, &[&name, "--expert", "3", "--range", "100:1000"]);
-        assert!(o.stdout == want(&gen, &name, 3 * eb + 100, 1000));
+        assert!(o.stdout == want(&generator, &name, 3 * eb + 100, 1000));
         let o = cat(
             &p,
             &[&name, "--expert", "3", "--range", &format!("{}:", eb - 5)],
         );
-        assert!(o.stdout == want(&gen, &name, 4 * eb - 5, 5));
+        assert!(o.stdout == want(&generator, &name, 4 * eb - 5, 5));
     }
     let o = cat(&p, &["output.weight", "--range", "0x10:0x20"]);
-    assert!(o.stdout == want(&gen, "output.weight", 16, 32));
-    let n = gen.tensor_len("output.weight").unwrap();
+    assert!(o.stdout == want(&generator, "output.weight", 16, 32));
+    let n = generator.tensor_len("output.weight").unwrap();
     let o = cat(&p, &["output.weight", "--range", &format!("{n}:")]);
     assert!(o.status.success() && o.stdout.is_empty());
 }

@@ -6,6 +6,8 @@
 //!
 //! Linux only: the probes use Linux devices (/dev/zero, /dev/full), FIFOs, device nodes, /proc
 //! and wait4's rusage.
+// Needs the ds4 and ds4-bench binaries, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 #![cfg(target_os = "linux")]
 
 mod gen_util;

@@ -190,11 +190,9 @@ fn busy_destination_and_reads_of_busy_ranges_are_refused_while_in_flight() {
     for (name, dev) in devices() {
         // Reads block until the gate opens: the first request is in flight, deterministically.
         let gate = Gate::default();
-        let src = FaultySource::new(
-            Arc::new(ds4_io::pattern::PatternSource::new(MIB as u64, SEED)),
-            vec![],
-            Duration::ZERO,
-        )
+        let src = ProbeSource::new(Arc::new(ds4_io::pattern::PatternSource::new(
+            MIB as u64, SEED,
+        )))
         .with_gate(gate.clone());
         let e = ds4_stream::engine::Engine::new(Arc::new(src), Arc::clone(&dev), cfg(2, 4 * KIB))
             .unwrap();
@@ -367,12 +365,8 @@ fn staged_reads_are_widened_to_the_direct_alignment() {
     const FILE: u64 = 2 * MIB as u64 + 100; // the last 100 bytes cannot be read aligned
     for direct in [true, false] {
         let src = Arc::new(
-            FaultySource::new(
-                Arc::new(ds4_io::pattern::PatternSource::new(FILE, SEED)),
-                vec![],
-                Duration::ZERO,
-            )
-            .with_alignment(4096),
+            ProbeSource::new(Arc::new(ds4_io::pattern::PatternSource::new(FILE, SEED)))
+                .with_alignment(4096),
         );
         let dev = discrete(Duration::ZERO);
         let c = EngineConfig {

@@ -4,13 +4,13 @@
 
 mod engine_util;
 
+use ds4_io::fault::{injected, FaultPlan, FaultySource, InjectedFault};
 use ds4_io::pattern::{fill, verify, PatternSource};
 use ds4_io::Source;
 use ds4_stream::engine::{Engine, EngineConfig, EngineError, ReadRequest};
 use engine_util::*;
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 #[test]
 fn eio_on_the_nth_read_fails_only_its_request_with_a_typed_error() {
@@ -18,8 +18,10 @@ fn eio_on_the_nth_read_fails_only_its_request_with_a_typed_error() {
         // Read 3 fails (reads are counted from 1 across all workers).
         let src = Arc::new(FaultySource::new(
             Arc::new(PatternSource::new(4 * MIB as u64, SEED)),
-            vec![3],
-            Duration::ZERO,
+            FaultPlan {
+                eio_at_op: Some(3),
+                ..FaultPlan::default()
+            },
         ));
         let e = Engine::new(src.clone(), Arc::clone(&dev), cfg(2, 4 * KIB)).unwrap();
         let buf = Arc::new(dev.alloc(3 * 4096).unwrap());
@@ -53,7 +55,7 @@ fn eio_on_the_nth_read_fails_only_its_request_with_a_typed_error() {
                 assert_eq!(*len, 100, "{name}");
                 assert_eq!(label.as_deref(), Some("blk.7.ffn_down_exps[42]"));
                 assert_eq!(path, src.path());
-                assert_eq!(source.raw_os_error(), Some(5));
+                assert_eq!(injected(source), Some(&InjectedFault::Eio { op: 3 }));
             }
             other => panic!("{name}: expected Read, got {other:?}"),
         }
@@ -82,8 +84,10 @@ fn a_failing_chunk_among_concurrent_requests_fails_exactly_one() {
     for (name, dev) in devices() {
         let src = Arc::new(FaultySource::new(
             Arc::new(PatternSource::new(4 * MIB as u64, SEED)),
-            vec![17],
-            Duration::ZERO,
+            FaultPlan {
+                eio_at_op: Some(17),
+                ..FaultPlan::default()
+            },
         ));
         let e = Engine::new(src, Arc::clone(&dev), cfg(3, 4 * KIB)).unwrap();
         // 20 requests x 2 chunks each = 40 reads; exactly one read fails.

@@ -4,6 +4,7 @@
 
 mod engine_util;
 
+use ds4_io::fault::{FaultPlan, FaultySource};
 use ds4_io::pattern::PatternSource;
 use ds4_stream::engine::{Engine, EngineError, ReadRequest};
 use engine_util::*;
@@ -18,8 +19,10 @@ fn shutdown_with_requests_in_flight(
 ) -> (usize, usize) {
     let src = Arc::new(FaultySource::new(
         Arc::new(PatternSource::new(64 * MIB as u64, SEED)),
-        vec![],
-        read_delay,
+        FaultPlan {
+            latency: read_delay,
+            ..FaultPlan::default()
+        },
     ));
     let e = Engine::new(src, Arc::clone(&dev), cfg(2, 4 * KIB)).unwrap();
     let mut tickets = Vec::new();

@@ -1,5 +1,7 @@
 //! `ds4 gen-model` as a command: determinism, no overwrite without --force, no half-written
 //! file on failure, exit codes and one-line errors.
+// Needs the ds4 binary, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 mod gen_util;
 

@@ -3,10 +3,12 @@
 //! table against the writer's plan and gguf-py, the model map's expert slices against the
 //! formula of DS4_FACTS.md, the tensor-span numbers of DS4_TENSORS.md, and `ds4 cat` of experts
 //! past 4 GiB against the generator. Writes ~40 MiB of real data.
+// Needs the ds4 binary, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 mod gen_util;
 
-use ds4_stream::gen::{plan_layout, FillPlan, Generator, Holes, Shape, FILL_KEY};
+use ds4_stream::generate::{plan_layout, FillPlan, Generator, Holes, Shape, FILL_KEY};
 use ds4_stream::gguf::{self, Caps};
 use ds4_stream::model::{Ds4Model, ExpertKind};
 use gen_util::*;
@@ -140,7 +142,7 @@ fn flash_sparse_file() {
 
     // `ds4 cat` past 4 GiB returns what the file holds: generator bytes for filled experts,
     // zeros in holes.
-    let gen = Generator::new(&shape, SEED).unwrap();
+    let generator = Generator::new(&shape, SEED).unwrap();
     // The file records its plan, in the format `ds4 demo` reads back.
     assert_eq!(
         f.get(FILL_KEY).and_then(|v| v.as_str()),
@@ -172,7 +174,7 @@ fn flash_sparse_file() {
         assert_eq!(o.stdout.len() as u64, s.len);
         let off_in_tensor = s.offset - f.tensor(&name).unwrap().offset;
         let mut want = vec![0u8; s.len as usize];
-        plan.file_bytes(&gen, &name, off_in_tensor, &mut want)
+        plan.file_bytes(&generator, &name, off_in_tensor, &mut want)
             .unwrap();
         assert!(o.stdout == want, "{name} expert {e}");
         assert_eq!(want.iter().any(|&b| b != 0), filled, "{name} expert {e}");
@@ -189,7 +191,8 @@ fn flash_sparse_file() {
         &format!("{start}:3000"),
     ]);
     let mut want = vec![0u8; 3000];
-    plan.file_bytes(&gen, &name, start, &mut want).unwrap();
+    plan.file_bytes(&generator, &name, start, &mut want)
+        .unwrap();
     assert!(o.stdout == want);
     assert!(want[..1000].iter().all(|&b| b == 0) && want[1000..].iter().any(|&b| b != 0));
 }

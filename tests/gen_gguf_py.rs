@@ -1,10 +1,12 @@
 //! `ds4 gen-model` files read back by gguf-py (the independent oracle): the same tensor table
 //! (names, types, shapes, absolute offsets, sizes), the same metadata, the generator's bytes,
 //! and blocks that gguf-py's dequantizers turn into finite, bounded values.
+// Needs the ds4 binary (gen_util), built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 mod gen_util;
 
-use ds4_stream::gen::{plan_layout, FillPlan, Generator, Scale, Shape};
+use ds4_stream::generate::{plan_layout, FillPlan, Generator, Scale, Shape};
 use ds4_stream::gguf::Value;
 use gen_util::*;
 use serde_json::Value as Json;
@@ -96,11 +98,11 @@ fn check_scale(scale: Scale, extra: &[&str], shape: Shape, dumps: &[&str], max_d
     assert_eq!(fields["ds4stream.gen.seed"]["value"], seed);
 
     // Bytes.
-    let gen = Generator::new(&shape, seed).unwrap();
+    let generator = Generator::new(&shape, seed).unwrap();
     for name in dumps {
         let got = std::fs::read(dump.join(format!("{name}.bin"))).unwrap();
-        let mut want = vec![0u8; gen.tensor_len(name).unwrap() as usize];
-        gen.tensor_bytes(name, 0, &mut want).unwrap();
+        let mut want = vec![0u8; generator.tensor_len(name).unwrap() as usize];
+        generator.tensor_bytes(name, 0, &mut want).unwrap();
         assert!(got == want, "bytes of {name} differ");
     }
 

@@ -1,6 +1,8 @@
 //! The streaming GGUF writer against two readers: our parser (every value type, nested and
 //! empty arrays, every ggml type, several alignments, data written in odd-sized chunks and
 //! holes) and gguf-py (same metadata values and types, same tensor table).
+// Needs the ds4 binary (gen_util), built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 mod gen_util;
 

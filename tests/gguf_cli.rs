@@ -1,6 +1,8 @@
 //! `ds4 inspect` end to end: the built binary on gguf-py-written files (its JSON must agree with
 //! gguf-py's GGUFReader) and on hostile files (exit 2, one `ds4: error: <path>: ...` line, no
 //! stdout, no panic).
+// Needs the ds4 binary, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 mod gguf_common;
 

@@ -10,6 +10,8 @@
 //! Linux only: fds and threads are counted through /proc. Under Wine (Windows build) neither
 //! is countable this way; the pinned-byte and `Arc` checks are portable.
 //! One test function: the counts are process-wide, a test running alongside would disturb them.
+// Needs `ds4_stream::stress::counting`, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 use ds4_io::fault::{FaultPlan, FaultySource};
 use ds4_io::pattern::write_file;

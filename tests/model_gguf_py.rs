@@ -4,7 +4,7 @@
 
 mod gen_util;
 
-use ds4_stream::gen::{FillPlan, Shape};
+use ds4_stream::generate::{FillPlan, Shape};
 use ds4_stream::gguf::{self, Caps, Value};
 use ds4_stream::model::{Ds4Model, ExpertKind};
 use gen_util::*;

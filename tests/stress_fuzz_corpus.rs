@@ -4,6 +4,8 @@
 //! `cargo fuzz` stays fixed in the ordinary test run. Also: the micro DS4 file the structured
 //! mode edits maps cleanly, seeded random inputs for both checks, and the seed writer
 //! (`cargo test --test stress_fuzz_corpus -- --ignored write_seed_corpora`).
+// Needs `ds4_stream::stress`, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 use ds4_stream::gguf::{parse_bytes, Caps};
 use ds4_stream::model::Ds4Model;

@@ -5,6 +5,8 @@
 //!
 //! The tests take turns (one lock): a run compares the process's open fds before and after,
 //! which a test running alongside would disturb.
+// Needs `ds4_stream::stress`, built with the `tools` feature (a default feature).
+#![cfg(feature = "tools")]
 
 use ds4_stream::engine::EngineConfig;
 use ds4_stream::stress::faults::FaultSpec;

@@ -11,7 +11,7 @@
 use super::{chain, CliError, CliResult};
 use crate::device::{Device, HostConfig, HostDevice};
 use crate::engine::{Engine, EngineConfig, ReadRequest};
-use crate::gen::{FillPlan, Generator, Scale, Shape, FILL_KEY};
+use crate::generate::{FillPlan, Generator, Options, Scale, Shape, FILL_KEY};
 use crate::gguf::{GgmlType, GgufFile};
 use crate::model::{Ds4Model, ExpertKind};
 use std::fmt::Write as _;
@@ -99,17 +99,13 @@ fn ensure_model(a: &Args) -> CliResult {
         "generating the demo model at {} ...",
         a.model.display()
     );
-    super::gen::run(super::gen::Args {
-        out: a.model.clone(),
+    super::gen_model::check_out(&a.model, false)?;
+    let opts = Options {
         scale: Scale::Demo,
         seed: a.seed,
-        holes: None,
-        fill: false,
-        fill_layers: None,
-        fill_experts: None,
-        quant: super::gen::Quant::Q2,
-        force: false,
-    })
+        ..Options::default()
+    };
+    super::gen_model::write(&a.model, &opts)
 }
 
 /// The generator that wrote `file` (scale, seed and quant from its `ds4stream.gen.*` keys and
@@ -159,10 +155,11 @@ fn generator_for(file: &GgufFile, model: &Ds4Model) -> Result<(Generator, FillPl
 pub fn run(a: Args) -> CliResult {
     ensure_model(&a)?;
     let path = &a.model;
-    // Same exit codes and messages as `ds4 inspect`: malformed or unopenable file 2, IO error 1.
-    let file = super::inspect::load(path)?;
-    let model = Ds4Model::from_gguf(&file)
-        .map_err(|e| CliError::bad_input(format!("{}: {}", path.display(), chain(&e))))?;
+    // Malformed, unopenable or not DS4: 2; an IO error while reading the header: 1.
+    let (file, model) = Ds4Model::open(path).map_err(|e| match e.is_bad_input() {
+        true => CliError::bad_input(chain(&e)),
+        false => CliError::runtime(chain(&e)),
+    })?;
     let generator = generator_for(&file, &model).map_err(|m| {
         CliError::bad_input(format!(
             "{}: {m}; the demo verifies bytes against `ds4 gen-model`'s generator (delete the \

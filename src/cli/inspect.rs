@@ -10,6 +10,8 @@
 
 use super::{CliError, CliResult};
 use crate::gguf::{parse_file, Caps, GgufError, GgufFile, Value};
+use crate::model::{Ds4Model, ExpertKind, Layer};
+use crate::units::human_bytes;
 use serde_json::{json, Map, Value as J};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -42,7 +44,7 @@ pub fn run(args: Args) -> CliResult {
     let out = if args.json {
         let mut obj = json_view(&f);
         let view = match &ds4 {
-            Ok(m) => m.summary_json(),
+            Ok(m) => ds4_json(m),
             Err(e) => json!({ "error": super::chain(e) }),
         };
         obj.insert("ds4".into(), view);
@@ -154,6 +156,61 @@ fn json_float(x: f64) -> J {
     }
 }
 
+/// The DS4 view as one JSON object: shape, bytes per expert (per kind and total, from layer 0; `uniform`
+/// says whether every layer matches), routed vs resident totals, and per-layer details.
+pub fn ds4_json(m: &Ds4Model) -> J {
+    let s = &m.shape;
+    let per_kind = |l: &Layer| {
+        let mut m = serde_json::Map::new();
+        for k in ExpertKind::ALL {
+            m.insert(k.as_str().to_string(), json!(l.routed(k).expert_bytes));
+        }
+        m.insert("total".to_string(), json!(l.expert_bytes()));
+        J::Object(m)
+    };
+    let layers: Vec<J> = m
+        .layers
+        .iter()
+        .map(|l| {
+            let mut m = serde_json::Map::new();
+            m.insert("layer".into(), json!(l.index));
+            m.insert("hash".into(), json!(l.hash));
+            for k in ExpertKind::ALL {
+                let r = l.routed(k);
+                m.insert(
+                    k.as_str().into(),
+                    json!({
+                        "name": r.tensor.name,
+                        "type": r.tensor.ggml_type.name(),
+                        "offset": r.tensor.offset,
+                        "nbytes": r.tensor.nbytes,
+                        "expert_bytes": r.expert_bytes,
+                    }),
+                );
+            }
+            m.insert("expert_bytes".into(), json!(l.expert_bytes()));
+            J::Object(m)
+        })
+        .collect();
+    json!({
+        "layers": s.n_layer,
+        "hash_layers": s.n_hash_layer,
+        "experts_per_layer": s.n_expert,
+        "experts_used": s.n_expert_used,
+        "shared_experts": s.n_shared,
+        "embedding_length": s.n_embd,
+        "expert_feed_forward_length": s.expert_ff,
+        "vocab_size": s.vocab,
+        "uniform": m.is_uniform(),
+        "bytes_per_expert": m.layers.first().map(per_kind),
+        "routed_experts": m.n_routed_experts(),
+        "routed_bytes": m.routed_bytes,
+        "resident_bytes": m.resident_bytes,
+        "resident_tensors": m.resident.len(),
+        "per_layer": layers,
+    })
+}
+
 // ---- text ----
 
 /// The text view: header line, metadata summary, tensor table, totals.
@@ -163,7 +220,12 @@ pub fn text_view(path: &Path, f: &GgufFile) -> String {
     let _ = writeln!(s, "version:      GGUF v{}", f.version);
     let _ = writeln!(s, "alignment:    {}", f.alignment);
     let _ = writeln!(s, "data offset:  {} ({:#x})", f.data_offset, f.data_offset);
-    let _ = writeln!(s, "file size:    {} ({})", f.file_size, human(f.file_size));
+    let _ = writeln!(
+        s,
+        "file size:    {} ({})",
+        f.file_size,
+        human_bytes(f.file_size)
+    );
 
     let _ = writeln!(s, "\nmetadata ({} keys):", f.metadata.len());
     let kw = f
@@ -227,8 +289,8 @@ pub fn text_view(path: &Path, f: &GgufFile) -> String {
         "\ntotal: {} tensors, {} bytes ({}) in a data section of {}",
         f.tensors.len(),
         total,
-        human(total),
-        human(f.file_size.saturating_sub(f.data_offset))
+        human_bytes(total),
+        human_bytes(f.file_size.saturating_sub(f.data_offset))
     );
     let mut by_type: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for t in &f.tensors {
@@ -237,7 +299,7 @@ pub fn text_view(path: &Path, f: &GgufFile) -> String {
         e.1 = e.1.saturating_add(t.nbytes);
     }
     for (ty, (n, b)) in by_type {
-        let _ = writeln!(s, "  {ty:<8} {n:>6} tensors  {:>12}", human(b));
+        let _ = writeln!(s, "  {ty:<8} {n:>6} tensors  {:>12}", human_bytes(b));
     }
     s
 }
@@ -298,32 +360,23 @@ fn text_string(x: &str) -> String {
     format!("{head:?}... ({} bytes)", x.len())
 }
 
-/// 1536 -> "1.5 KiB".
-fn human(b: u64) -> String {
-    const U: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < U.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", U[i])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn human_sizes() {
-        assert_eq!(human(0), "0 B");
-        assert_eq!(human(1023), "1023 B");
-        assert_eq!(human(1536), "1.50 KiB");
-        assert_eq!(human(86_720_111_488), "80.76 GiB");
+    fn ds4_json_of_the_flash_layout() {
+        use crate::generate::{plan_layout, FillPlan, Shape};
+        let f = plan_layout(&Shape::flash(), 0, &FillPlan::full())
+            .unwrap()
+            .expected_file();
+        let j = ds4_json(&Ds4Model::from_gguf(&f).unwrap());
+        assert_eq!(j["bytes_per_expert"]["total"], 7_077_888);
+        assert_eq!(j["bytes_per_expert"]["down"], 2_752_512);
+        assert_eq!(j["routed_bytes"], 77_913_391_104u64);
+        assert_eq!(j["uniform"], true);
+        assert_eq!(j["per_layer"].as_array().unwrap().len(), 43);
+        assert_eq!(j["per_layer"][42]["gate"]["type"], "IQ2_XXS");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 mod cat;
 mod demo;
-mod gen;
+mod gen_model;
 mod inspect;
 
 use clap::{Parser, Subcommand};
@@ -27,7 +27,7 @@ pub enum Command {
     /// Write one tensor's bytes (or one expert's slice) to stdout.
     Cat(cat::Args),
     /// Write a deterministic DS4-layout GGUF (tiny, demo or full flash shape).
-    GenModel(gen::Args),
+    GenModel(gen_model::Args),
     /// Generate the demo model if needed and stream its experts through the engine (the main
     /// job on the embedded default).
     Demo(demo::Args),
@@ -60,16 +60,14 @@ impl CliError {
 
 pub type CliResult = Result<(), CliError>;
 
-/// Prints `err` and its source chain on one line.
+/// `err` and its source chain on one line, `a: b: c`. Every error type of the crate says only
+/// its own level in `Display` and leaves the cause to `source()`, so each cause appears once.
 pub fn chain(err: &dyn std::error::Error) -> String {
     let mut s = err.to_string();
     let mut cur = err.source();
     while let Some(e) = cur {
-        let m = e.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
+        s.push_str(": ");
+        s.push_str(&e.to_string());
         cur = e.source();
     }
     s
@@ -137,7 +135,7 @@ pub fn main() -> ExitCode {
     let r = match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::Cat(a) => cat::run(a),
-        Command::GenModel(a) => gen::run(a),
+        Command::GenModel(a) => gen_model::run(a),
         Command::Demo(a) => demo::run(a),
     };
     match r {

@@ -1,6 +1,8 @@
 //! The engine's error type. Every error that concerns one range says which: file offset, length,
 //! and the label (tensor / expert name) the caller attached, so a failed expert fetch reads like
-//! "read of blk.3.ffn_gate_exps[17] (offset 4294967290, 4096 bytes) from model.gguf failed: EIO".
+//! "read of blk.3.ffn_gate_exps[17] (offset 4294967290, 4096 bytes) from model.gguf failed".
+//! `Display` says only this level; the cause (EIO, a device error) is `source()`: print the
+//! chain for the whole story.
 
 use crate::device::DeviceError;
 use std::fmt;
@@ -22,7 +24,7 @@ impl fmt::Display for Label<'_> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    #[error("read{} (offset {offset}, {len} bytes) from {} failed: {source}", Label(.label), .path.display())]
+    #[error("read{} (offset {offset}, {len} bytes) from {} failed", Label(.label), .path.display())]
     Read {
         path: PathBuf,
         offset: u64,
@@ -31,7 +33,7 @@ pub enum EngineError {
         #[source]
         source: io::Error,
     },
-    #[error("copy to the device{} (file offset {offset}, {len} bytes) failed: {source}", Label(.label))]
+    #[error("copy to the device{} (file offset {offset}, {len} bytes) failed", Label(.label))]
     Device {
         offset: u64,
         len: u64,
@@ -62,7 +64,7 @@ pub enum EngineError {
     },
     #[error("cannot allocate {bytes} bytes of host memory for a read")]
     OutOfMemory { bytes: u64 },
-    #[error("cannot open {}: {source}", .path.display())]
+    #[error("cannot open {}", .path.display())]
     Open {
         path: PathBuf,
         #[source]
@@ -70,12 +72,12 @@ pub enum EngineError {
     },
     /// A reader worker could not start (its own handle failed to open: too many open files,
     /// the file gone); the io error names the worker and the path.
-    #[error("starting the reader workers: {source}")]
+    #[error("starting the reader workers")]
     Workers {
         #[source]
         source: io::Error,
     },
-    #[error("allocating the staging ring ({slots} slots of {slot_bytes} bytes) failed: {source}")]
+    #[error("allocating the staging ring ({slots} slots of {slot_bytes} bytes) failed")]
     Staging {
         slots: usize,
         slot_bytes: usize,
@@ -84,7 +86,7 @@ pub enum EngineError {
     },
     #[error("invalid engine configuration: {0}")]
     Config(String),
-    #[error("cannot start engine thread: {0}")]
+    #[error("cannot start engine thread")]
     Thread(#[source] io::Error),
     #[error("the engine shut down before the request{} (offset {offset}, {len} bytes) was read", Label(.label))]
     Shutdown {

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum GgufError {
     /// The file could not be opened or its size queried.
-    #[error("{}: cannot open: {source}", path.display())]
+    #[error("{}: cannot open", path.display())]
     Open {
         path: PathBuf,
         #[source]
@@ -24,7 +24,7 @@ pub enum GgufError {
     NotAFile { path: PathBuf },
 
     /// A read of the header failed.
-    #[error("{}: read of {len} bytes at byte {offset} failed: {source}", path.display())]
+    #[error("{}: read of {len} bytes at byte {offset} failed", path.display())]
     Io {
         path: PathBuf,
         offset: u64,

@@ -5,13 +5,13 @@
 //! 64 KiB buffer (so at most one buffer of read-ahead past the header); it never maps the file or
 //! reads the data section. Offsets in [`TensorInfo`] are absolute file offsets.
 //!
-//! Files: `reader` (header layout and checks), `value` (metadata values), `source` (the slice /
-//! file cursor), `caps`, `error`, `types` (ggml type table), `writer`.
+//! Files: `reader` (header layout and checks), `value` (metadata values), `header_source` (the
+//! slice / file cursor), `caps`, `error`, `types` (ggml type table), `writer`.
 
 mod caps;
 mod error;
+mod header_source;
 mod reader;
-mod source;
 pub mod types;
 mod value;
 pub mod writer;
@@ -41,25 +41,6 @@ pub enum Value {
 }
 
 impl Value {
-    /// The GGUF value type name as gguf-py spells it (`UINT32`, `STRING`, `ARRAY`, ...).
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Value::U8(_) => "UINT8",
-            Value::I8(_) => "INT8",
-            Value::U16(_) => "UINT16",
-            Value::I16(_) => "INT16",
-            Value::U32(_) => "UINT32",
-            Value::I32(_) => "INT32",
-            Value::F32(_) => "FLOAT32",
-            Value::Bool(_) => "BOOL",
-            Value::String(_) => "STRING",
-            Value::Array(_) => "ARRAY",
-            Value::U64(_) => "UINT64",
-            Value::I64(_) => "INT64",
-            Value::F64(_) => "FLOAT64",
-        }
-    }
-
     /// For an array, the type name of its elements (taken from the first; `None` when the array
     /// is empty: GGUF records the element type but [`Value::Array`] does not keep it).
     pub fn elem_type_name(&self) -> Option<&'static str> {

@@ -1,7 +1,7 @@
 //! The GGUF header parser: magic, version, counts, metadata, tensor infos, data offset.
 //!
-//! One parser runs over one cursor ([`Source`]): a byte slice ([`parse_bytes`]) or a file read
-//! sequentially through a bounded buffer ([`parse_file`]); the data section is never read or
+//! One parser runs over one cursor ([`HeaderSource`]): a byte slice ([`parse_bytes`]) or a file
+//! read sequentially through a bounded buffer ([`parse_file`]); the data section is never read or
 //! mapped. Every number from the file is checked before it is used, in this order: against the
 //! named cap in [`Caps`], then against what the remaining bytes can hold, then for arithmetic
 //! overflow (all sizes are u64, all arithmetic checked). Reservations never trust a count beyond
@@ -11,7 +11,7 @@
 //! (32-bit counts), big-endian files, anything [`GgufError`] lists.
 
 use super::error::GgufError;
-use super::source::{FileSource, SliceSource, Source};
+use super::header_source::{FileHeaderSource, HeaderSource, SliceHeaderSource};
 use super::value::{read_string_bytes, read_u32, read_u64, read_value, value_type_name, Budget};
 use super::{Caps, GgmlType, GgufFile, TensorInfo, Value};
 use std::collections::HashMap;
@@ -29,14 +29,14 @@ const MIN_KV: u64 = 13;
 /// Parses the header of the GGUF file at `path` with bounded buffered reads. The file's size
 /// (from its metadata) bounds every count and tensor extent.
 pub fn parse_file(path: &Path, caps: &Caps) -> Result<GgufFile, GgufError> {
-    let mut src = FileSource::open(path.to_path_buf())?;
+    let mut src = FileHeaderSource::open(path.to_path_buf())?;
     parse(&mut src, caps)
 }
 
 /// Parses a GGUF header from bytes in memory; `bytes.len()` is taken as the file size, so tensor
 /// data must be present (or the slice must be as long as the file).
 pub fn parse_bytes(bytes: &[u8], caps: &Caps) -> Result<GgufFile, GgufError> {
-    parse(&mut SliceSource::new(bytes), caps)
+    parse(&mut SliceHeaderSource::new(bytes), caps)
 }
 
 /// A tensor info as read, before the data offset is known.
@@ -50,7 +50,7 @@ struct RawTensor {
     offset_at: u64,
 }
 
-fn parse<S: Source>(src: &mut S, caps: &Caps) -> Result<GgufFile, GgufError> {
+fn parse<S: HeaderSource>(src: &mut S, caps: &Caps) -> Result<GgufFile, GgufError> {
     let mut magic = [0u8; 4];
     src.read_exact(&mut magic, "magic")?;
     if &magic != b"GGUF" {
@@ -147,7 +147,7 @@ fn parse<S: Source>(src: &mut S, caps: &Caps) -> Result<GgufFile, GgufError> {
 /// Checks a count read at `at` against its cap and against what the bytes after the current
 /// position (less `reserved` bytes already spoken for) can hold at `min_each` bytes per item.
 #[allow(clippy::too_many_arguments)]
-fn check_count<S: Source>(
+fn check_count<S: HeaderSource>(
     src: &S,
     what: &'static str,
     cap_name: &'static str,
@@ -180,7 +180,7 @@ fn check_count<S: Source>(
 }
 
 /// Reads `count` metadata pairs; returns them in file order with the alignment they declare.
-fn read_metadata<S: Source>(
+fn read_metadata<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     budget: &mut Budget,
@@ -225,7 +225,7 @@ fn read_metadata<S: Source>(
 }
 
 /// Reads `count` tensor infos, checking everything that does not need the data offset.
-fn read_tensor_infos<S: Source>(
+fn read_tensor_infos<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     budget: &mut Budget,

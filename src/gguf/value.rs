@@ -5,7 +5,7 @@
 //! remaining-value budget and what the rest of the file can hold at the element type's minimum
 //! encoded size before a single element is read.
 
-use super::source::Source;
+use super::header_source::HeaderSource;
 use super::{Caps, GgufError, Value};
 
 /// GGUF value type ids (gguf-py `GGUFValueType`).
@@ -23,24 +23,42 @@ pub(crate) const T_UINT64: u32 = 10;
 pub(crate) const T_INT64: u32 = 11;
 pub(crate) const T_FLOAT64: u32 = 12;
 
+/// gguf-py's names of the value types (`GGUFValueType`), indexed by type id: the one table of
+/// value type names (messages, `ds4 inspect`, the writer's errors all use it).
+const TYPE_NAMES: [&str; 13] = [
+    "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32", "BOOL", "STRING", "ARRAY",
+    "UINT64", "INT64", "FLOAT64",
+];
+
 /// The gguf-py name of a value type id, or `None` if the id is unknown.
 pub fn value_type_name(id: u32) -> Option<&'static str> {
-    Some(match id {
-        T_UINT8 => "UINT8",
-        T_INT8 => "INT8",
-        T_UINT16 => "UINT16",
-        T_INT16 => "INT16",
-        T_UINT32 => "UINT32",
-        T_INT32 => "INT32",
-        T_FLOAT32 => "FLOAT32",
-        T_BOOL => "BOOL",
-        T_STRING => "STRING",
-        T_ARRAY => "ARRAY",
-        T_UINT64 => "UINT64",
-        T_INT64 => "INT64",
-        T_FLOAT64 => "FLOAT64",
-        _ => return None,
-    })
+    TYPE_NAMES.get(id as usize).copied()
+}
+
+impl Value {
+    /// The GGUF value type id of this value (what the file stores before it).
+    pub fn gguf_type(&self) -> u32 {
+        match self {
+            Value::U8(_) => T_UINT8,
+            Value::I8(_) => T_INT8,
+            Value::U16(_) => T_UINT16,
+            Value::I16(_) => T_INT16,
+            Value::U32(_) => T_UINT32,
+            Value::I32(_) => T_INT32,
+            Value::F32(_) => T_FLOAT32,
+            Value::Bool(_) => T_BOOL,
+            Value::String(_) => T_STRING,
+            Value::Array(_) => T_ARRAY,
+            Value::U64(_) => T_UINT64,
+            Value::I64(_) => T_INT64,
+            Value::F64(_) => T_FLOAT64,
+        }
+    }
+
+    /// The GGUF value type name as gguf-py spells it (`UINT32`, `STRING`, `ARRAY`, ...).
+    pub fn type_name(&self) -> &'static str {
+        value_type_name(self.gguf_type()).unwrap_or("unknown")
+    }
 }
 
 /// Smallest encoding of one value of a type: a string is at least its u64 length, an array at
@@ -57,7 +75,10 @@ fn min_encoded_size(id: u32) -> u64 {
 
 macro_rules! read_le {
     ($name:ident, $t:ty) => {
-        pub(crate) fn $name<S: Source>(src: &mut S, what: &'static str) -> Result<$t, GgufError> {
+        pub(crate) fn $name<S: HeaderSource>(
+            src: &mut S,
+            what: &'static str,
+        ) -> Result<$t, GgufError> {
             let mut b = [0u8; std::mem::size_of::<$t>()];
             src.read_exact(&mut b, what)?;
             Ok(<$t>::from_le_bytes(b))
@@ -94,7 +115,7 @@ impl Budget {
 /// Reads a GGUF string (u64 length + bytes) after checking the length against the caps (one
 /// string, all strings together) and the bytes left. `what` names the string for errors and is
 /// only built on failure.
-pub(crate) fn read_string_bytes<S: Source>(
+pub(crate) fn read_string_bytes<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     budget: &mut Budget,
@@ -151,7 +172,7 @@ struct Frame {
 
 /// Reads the value of type `ty` (whose type field was at `ty_at`) for metadata key `key`.
 /// `budget` is what the rest of the header may still decode.
-pub(crate) fn read_value<S: Source>(
+pub(crate) fn read_value<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     key: &str,
@@ -220,7 +241,7 @@ fn take_budget(
 /// Reads an array header (element type, length) and checks the length before anything is
 /// allocated for it. The array value itself was already charged to the budget by the caller
 /// (the top level) or is charged here (nested: `depth > 1`).
-fn open_array<S: Source>(
+fn open_array<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     key: &str,
@@ -279,7 +300,7 @@ fn open_array<S: Source>(
 }
 
 /// Reads one non-array value.
-fn read_scalar<S: Source>(
+fn read_scalar<S: HeaderSource>(
     src: &mut S,
     caps: &Caps,
     budget: &mut Budget,

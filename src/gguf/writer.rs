@@ -40,7 +40,7 @@ pub type Fill<'a> = dyn FnMut(u64, &mut [u8]) -> Result<(), FillError> + 'a;
 /// What can go wrong while planning or writing a GGUF file.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
-    #[error("I/O error writing {what} at byte {offset} (length {len}): {source}")]
+    #[error("I/O error writing {what} at byte {offset} (length {len})")]
     Io {
         what: String,
         offset: u64,
@@ -74,7 +74,7 @@ pub enum WriteError {
         len: u64,
         nbytes: u64,
     },
-    #[error("filling tensor {tensor:?} at byte {offset} of the tensor: {source}")]
+    #[error("filling tensor {tensor:?} at byte {offset} of the tensor")]
     Fill {
         tensor: String,
         offset: u64,
@@ -172,42 +172,6 @@ fn align_up(x: u64, a: u64, what: &str) -> Result<u64, WriteError> {
     })
 }
 
-fn value_type_id(v: &Value) -> u32 {
-    match v {
-        Value::U8(_) => 0,
-        Value::I8(_) => 1,
-        Value::U16(_) => 2,
-        Value::I16(_) => 3,
-        Value::U32(_) => 4,
-        Value::I32(_) => 5,
-        Value::F32(_) => 6,
-        Value::Bool(_) => 7,
-        Value::String(_) => 8,
-        Value::Array(_) => 9,
-        Value::U64(_) => 10,
-        Value::I64(_) => 11,
-        Value::F64(_) => 12,
-    }
-}
-
-fn value_type_name(v: &Value) -> &'static str {
-    match v {
-        Value::U8(_) => "u8",
-        Value::I8(_) => "i8",
-        Value::U16(_) => "u16",
-        Value::I16(_) => "i16",
-        Value::U32(_) => "u32",
-        Value::I32(_) => "i32",
-        Value::F32(_) => "f32",
-        Value::Bool(_) => "bool",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::U64(_) => "u64",
-        Value::I64(_) => "i64",
-        Value::F64(_) => "f64",
-    }
-}
-
 fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&(s.len() as u64).to_le_bytes());
     out.extend_from_slice(s.as_bytes());
@@ -230,14 +194,14 @@ fn put_value(out: &mut Vec<u8>, key: &str, v: &Value) -> Result<(), WriteError> 
         Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
         Value::Array(items) => {
             // An empty array has no element to take a type from; u8 is what we declare.
-            let elem = items.first().map_or(0, value_type_id);
+            let elem = items.first().map_or(0, Value::gguf_type);
             for (index, it) in items.iter().enumerate() {
-                if value_type_id(it) != elem {
+                if it.gguf_type() != elem {
                     return Err(WriteError::MixedArray {
                         key: key.to_string(),
                         index,
-                        expected: value_type_name(&items[0]),
-                        found: value_type_name(it),
+                        expected: items[0].type_name(),
+                        found: it.type_name(),
                     });
                 }
             }
@@ -279,7 +243,7 @@ pub fn plan(metadata: &[(String, Value)], tensors: &[TensorSpec]) -> Result<Layo
     header.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
     for (k, v) in metadata {
         put_str(&mut header, k);
-        header.extend_from_slice(&value_type_id(v).to_le_bytes());
+        header.extend_from_slice(&v.gguf_type().to_le_bytes());
         put_value(&mut header, k, v)?;
     }
 

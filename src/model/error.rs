@@ -1,6 +1,7 @@
 //! Errors of the DS4 tensor map: each names the tensor (or metadata key) and what is wrong.
 
-use crate::gguf::GgmlType;
+use crate::gguf::{GgmlType, GgufError};
+use std::path::{Path, PathBuf};
 
 /// Why a GGUF file is not a usable DS4 layout, or why a query on the map is out of range.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -77,4 +78,52 @@ pub enum ModelError {
         expert: u64,
         n_expert: u64,
     },
+}
+
+/// Why [`Ds4Model::open`](super::Ds4Model::open) failed. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelOpenError {
+    /// The file could not be opened or its header read (the GGUF error names the path).
+    #[error(transparent)]
+    Read(GgufError),
+    /// The GGUF header is malformed (the cause says what and at which byte).
+    #[error("{}", path.display())]
+    Header {
+        path: PathBuf,
+        #[source]
+        source: GgufError,
+    },
+    /// A valid GGUF file, but not a usable DS4 layout.
+    #[error("{}", path.display())]
+    Layout {
+        path: PathBuf,
+        #[source]
+        source: ModelError,
+    },
+}
+
+impl ModelOpenError {
+    pub(crate) fn from_gguf(path: &Path, e: GgufError) -> Self {
+        match e.path() {
+            Some(_) => ModelOpenError::Read(e),
+            None => ModelOpenError::Header {
+                path: path.to_path_buf(),
+                source: e,
+            },
+        }
+    }
+
+    /// The file this error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            ModelOpenError::Read(e) => e.path().unwrap_or(Path::new("")),
+            ModelOpenError::Header { path, .. } | ModelOpenError::Layout { path, .. } => path,
+        }
+    }
+
+    /// True when the input is at fault (a malformed or non-DS4 file, a path that cannot be
+    /// opened or is not a regular file); false for a read of an opened file that failed.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, ModelOpenError::Read(GgufError::Io { .. }))
+    }
 }

@@ -15,11 +15,11 @@
 mod error;
 mod summary;
 
-pub use error::ModelError;
-pub use summary::{group_digits, human_bytes};
+pub use error::{ModelError, ModelOpenError};
 
-use crate::gguf::{GgmlType, GgufFile, TensorInfo, Value};
+use crate::gguf::{parse_file, Caps, GgmlType, GgufFile, TensorInfo, Value};
 use std::collections::HashMap;
+use std::path::Path;
 
 /// `general.architecture` of a DS4 file.
 pub const ARCH: &str = "deepseek4";
@@ -213,25 +213,6 @@ pub struct Ds4Model {
     pub resident_bytes: u64,
 }
 
-fn value_kind(v: &Value) -> String {
-    match v {
-        Value::U8(_) => "u8",
-        Value::I8(_) => "i8",
-        Value::U16(_) => "u16",
-        Value::I16(_) => "i16",
-        Value::U32(_) => "u32",
-        Value::I32(_) => "i32",
-        Value::F32(_) => "f32",
-        Value::Bool(_) => "bool",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::U64(_) => "u64",
-        Value::I64(_) => "i64",
-        Value::F64(_) => "f64",
-    }
-    .to_string()
-}
-
 /// A non-negative integer key, at most `max`.
 fn key_uint(f: &GgufFile, key: &str, max: u64) -> Result<Option<u64>, ModelError> {
     let Some(v) = f.get(key) else {
@@ -252,7 +233,7 @@ fn key_uint(f: &GgufFile, key: &str, max: u64) -> Result<Option<u64>, ModelError
         return Err(ModelError::KeyType {
             key: key.to_string(),
             expected: "an unsigned integer",
-            found: value_kind(v),
+            found: v.type_name().to_string(),
         });
     }
     let n = v.as_u64().ok_or_else(|| ModelError::BadValue {
@@ -483,6 +464,19 @@ impl<'a> Ctx<'a> {
 }
 
 impl Ds4Model {
+    /// Reads `path`'s GGUF header (the hostile-safe parser, default caps; tensor data is not
+    /// read) and builds the DS4 map: the file and its map. Errors name the path.
+    pub fn open(path: impl AsRef<Path>) -> Result<(GgufFile, Ds4Model), ModelOpenError> {
+        let path = path.as_ref();
+        let file =
+            parse_file(path, &Caps::default()).map_err(|e| ModelOpenError::from_gguf(path, e))?;
+        let model = Ds4Model::from_gguf(&file).map_err(|source| ModelOpenError::Layout {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok((file, model))
+    }
+
     /// Builds and validates the map from a parsed header.
     pub fn from_gguf(f: &GgufFile) -> Result<Self, ModelError> {
         match f.get("general.architecture") {
@@ -501,7 +495,7 @@ impl Ds4Model {
                 return Err(ModelError::KeyType {
                     key: "general.architecture".to_string(),
                     expected: "a string",
-                    found: value_kind(v),
+                    found: v.type_name().to_string(),
                 })
             }
         }

@@ -1,36 +1,7 @@
 //! Human and machine summaries of a [`Ds4Model`] (what `ds4 inspect` shows as the DS4 view).
 
 use super::{Ds4Model, ExpertKind, Layer};
-use serde_json::{json, Value};
-
-/// `1234567` -> `1,234,567`.
-pub fn group_digits(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// Bytes with a binary unit: `6.75 MiB`, `72.56 GiB`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
+use crate::units::{group_digits, human_bytes};
 
 /// The per-expert signature of a layer: (type, expert bytes) of gate, up, down.
 fn signature(l: &Layer) -> [(crate::gguf::GgmlType, u64); 3] {
@@ -91,75 +62,5 @@ impl Ds4Model {
             human_bytes(self.resident_bytes),
         ));
         out
-    }
-
-    /// One JSON object: shape, bytes per expert (per kind and total, from layer 0; `uniform`
-    /// says whether every layer matches), routed vs resident totals, and per-layer details.
-    pub fn summary_json(&self) -> Value {
-        let s = &self.shape;
-        let per_kind = |l: &Layer| {
-            let mut m = serde_json::Map::new();
-            for k in ExpertKind::ALL {
-                m.insert(k.as_str().to_string(), json!(l.routed(k).expert_bytes));
-            }
-            m.insert("total".to_string(), json!(l.expert_bytes()));
-            Value::Object(m)
-        };
-        let layers: Vec<Value> = self
-            .layers
-            .iter()
-            .map(|l| {
-                let mut m = serde_json::Map::new();
-                m.insert("layer".into(), json!(l.index));
-                m.insert("hash".into(), json!(l.hash));
-                for k in ExpertKind::ALL {
-                    let r = l.routed(k);
-                    m.insert(
-                        k.as_str().into(),
-                        json!({
-                            "name": r.tensor.name,
-                            "type": r.tensor.ggml_type.name(),
-                            "offset": r.tensor.offset,
-                            "nbytes": r.tensor.nbytes,
-                            "expert_bytes": r.expert_bytes,
-                        }),
-                    );
-                }
-                m.insert("expert_bytes".into(), json!(l.expert_bytes()));
-                Value::Object(m)
-            })
-            .collect();
-        json!({
-            "layers": s.n_layer,
-            "hash_layers": s.n_hash_layer,
-            "experts_per_layer": s.n_expert,
-            "experts_used": s.n_expert_used,
-            "shared_experts": s.n_shared,
-            "embedding_length": s.n_embd,
-            "expert_feed_forward_length": s.expert_ff,
-            "vocab_size": s.vocab,
-            "uniform": self.is_uniform(),
-            "bytes_per_expert": self.layers.first().map(per_kind),
-            "routed_experts": self.n_routed_experts(),
-            "routed_bytes": self.routed_bytes,
-            "resident_bytes": self.resident_bytes,
-            "resident_tensors": self.resident.len(),
-            "per_layer": layers,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn formats() {
-        assert_eq!(group_digits(0), "0");
-        assert_eq!(group_digits(999), "999");
-        assert_eq!(group_digits(7077888), "7,077,888");
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(7077888), "6.75 MiB");
-        assert_eq!(human_bytes(77913391104), "72.56 GiB");
     }
 }

@@ -15,6 +15,7 @@ use super::content::{Expect, WrongByte, POISON};
 use super::faults::{classify, ErrorKind};
 use super::report::Tally;
 use super::Budget;
+use crate::cli::chain;
 use crate::device::{Device, DeviceBuffer, PinnedBuf};
 use crate::engine::{Engine, EngineError, ReadRequest, Ticket};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -450,14 +451,15 @@ pub fn failed(ctx: &Ctx, source: u32, op: &Op, labels: &[Arc<str>], e: &EngineEr
             });
             if !inside {
                 ctx.tally.unexpected(format!(
-                    "EIO names a range outside its request ({:?}): {e}",
-                    op.ranges
+                    "EIO names a range outside its request ({:?}): {}",
+                    op.ranges,
+                    chain(e)
                 ));
             }
         }
         _ => ctx
             .tally
-            .unexpected(format!("{} request failed: {e}", op.kind)),
+            .unexpected(format!("{} request failed: {}", op.kind, chain(e))),
     }
 }
 
@@ -518,7 +520,7 @@ pub fn thread_client(ctx: Arc<Ctx>, seed: u64, lost: Arc<std::sync::Mutex<Vec<Ti
             Ok(t) => t,
             Err(e) => {
                 ctx.tally
-                    .unexpected(format!("submit of a valid {} read: {e}", op.kind));
+                    .unexpected(format!("submit of a valid {} read: {}", op.kind, chain(&e)));
                 continue;
             }
         };
@@ -616,7 +618,7 @@ pub async fn task_client(ctx: Arc<Ctx>, seed: u64) {
             Ok(t) => t,
             Err(e) => {
                 ctx.tally
-                    .unexpected(format!("submit of a valid {} read: {e}", op.kind));
+                    .unexpected(format!("submit of a valid {} read: {}", op.kind, chain(&e)));
                 continue;
             }
         };

@@ -23,7 +23,7 @@
 
 use crate::device::{Device, DeviceBuffer, HostDevice};
 use crate::engine::{plan_chunk_count, plan_chunks, Engine, EngineConfig, ReadRequest};
-use crate::gen::{plan_layout, FillPlan, Shape};
+use crate::generate::{plan_layout, FillPlan, Shape};
 use crate::gguf::writer::{self, TensorSpec};
 use crate::gguf::{parse_bytes, Caps, GgmlType, GgufFile, Value};
 use crate::model::{Ds4Model, ExpertKind};

@@ -24,6 +24,7 @@ pub mod fuzz;
 pub mod report;
 mod storm;
 
+use crate::cli::chain;
 use crate::device::{Device, HostConfig, HostDevice};
 use crate::engine::{Engine, EngineConfig, EngineError};
 use client::Ctx;
@@ -119,15 +120,15 @@ impl Default for StressConfig {
 pub enum StressError {
     #[error("invalid stress configuration: {0}")]
     Config(String),
-    #[error("writing the stress file {}: {source}", .path.display())]
+    #[error("writing the stress file {}", .path.display())]
     File {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("the main engine did not start: {0}")]
+    #[error("the main engine did not start")]
     Engine(#[source] EngineError),
-    #[error("cannot start the async runtime or a client thread: {0}")]
+    #[error("cannot start the async runtime or a client thread")]
     Runtime(#[source] std::io::Error),
     #[error("the host device did not start")]
     Device(#[source] crate::device::DeviceError),
@@ -274,7 +275,7 @@ impl Starter {
                     let (kind, _) = classify(&e);
                     tally.error(kind);
                     if kind != ErrorKind::Open || fail_open_at.is_none() {
-                        tally.unexpected(format!("engine start: {e}"));
+                        tally.unexpected(format!("engine start: {}", chain(&e)));
                         return Err(e);
                     }
                     allow_open_fault = false;

@@ -355,7 +355,7 @@ impl Report {
 
     /// Human-readable summary.
     pub fn text(&self) -> String {
-        use crate::model::group_digits as g;
+        use crate::units::group_digits as g;
         let mut s = String::new();
         let errs: Vec<String> = self
             .errors

@@ -9,6 +9,7 @@ use super::client::{failed, plan, poisoned, verify_dest, Cancel, Ctx, Dest, Rng,
 use super::faults::{classify, ErrorKind};
 use super::report::Tally;
 use super::Starter;
+use crate::cli::chain;
 use crate::engine::ReadRequest;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -83,7 +84,7 @@ impl Storm {
                 .collect();
             match engine.submit(reqs) {
                 Ok(t) => inflight.push((op, labels, dst, t)),
-                Err(e) => tally.unexpected(format!("storm submit: {e}")),
+                Err(e) => tally.unexpected(format!("storm submit: {}", chain(&e))),
             }
         }
         std::thread::sleep(Duration::from_micros(rng.below(3000)));

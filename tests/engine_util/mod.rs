@@ -1,5 +1,5 @@
-//! Shared helpers of the engine tests: small configs, test-only sources (fail the Nth read,
-//! slow reads), read-back and verification, and a watchdog that fails a test instead of hanging.
+//! Shared helpers of the engine tests: small configs, a test-only probe source (gated reads,
+//! alignment accounting), read-back and verification, and a watchdog that fails a test instead of hanging.
 #![allow(dead_code)] // each test file uses a different subset
 
 use ds4_io::pattern::{verify, PatternSource};
@@ -91,14 +91,13 @@ pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
     }
 }
 
-/// A source whose reads number k (counted across all handles, from 1) for k in `fail_at`
-/// fail with EIO; optionally every read sleeps `delay`. Wraps another source.
-pub struct FaultySource {
+/// A test probe around another source: reads can wait on a [`Gate`] (a request in flight,
+/// deterministically), and handles can claim an unbuffered path needing an alignment while
+/// counting the reads that break it. Injected faults (EIO at the Nth read, latency) are
+/// `ds4_io::fault::FaultySource`'s job.
+pub struct ProbeSource {
     inner: Arc<dyn Source>,
-    reads: Arc<AtomicU64>,
     unaligned: Arc<AtomicU64>,
-    fail_at: Arc<Vec<u64>>,
-    delay: Duration,
     align: Option<usize>,
     gate: Option<Gate>,
 }
@@ -120,14 +119,11 @@ impl Gate {
     }
 }
 
-impl FaultySource {
-    pub fn new(inner: Arc<dyn Source>, fail_at: Vec<u64>, delay: Duration) -> Self {
+impl ProbeSource {
+    pub fn new(inner: Arc<dyn Source>) -> Self {
         Self {
             inner,
-            reads: Arc::new(AtomicU64::new(0)),
             unaligned: Arc::new(AtomicU64::new(0)),
-            fail_at: Arc::new(fail_at),
-            delay,
             align: None,
             gate: None,
         }
@@ -143,41 +139,28 @@ impl FaultySource {
         self.align = Some(align);
         self
     }
-    pub fn reads(&self) -> u64 {
-        self.reads.load(Ordering::SeqCst)
-    }
     pub fn unaligned_reads(&self) -> u64 {
         self.unaligned.load(Ordering::SeqCst)
     }
 }
 
-struct FaultyHandle {
+struct ProbeHandle {
     inner: Box<dyn ReadAt>,
-    reads: Arc<AtomicU64>,
     unaligned: Arc<AtomicU64>,
-    fail_at: Arc<Vec<u64>>,
-    delay: Duration,
     align: Option<usize>,
     gate: Option<Gate>,
 }
 
-impl ReadAt for FaultyHandle {
+impl ReadAt for ProbeHandle {
     fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         if let Some(g) = &self.gate {
             g.pass();
         }
-        let k = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
         if let Some(a) = self.align {
             let a = a as u64;
             if offset % a != 0 || buf.len() as u64 % a != 0 || buf.as_ptr() as u64 % a != 0 {
                 self.unaligned.fetch_add(1, Ordering::SeqCst);
             }
-        }
-        if !self.delay.is_zero() {
-            std::thread::sleep(self.delay);
-        }
-        if self.fail_at.contains(&k) {
-            return Err(io::Error::from_raw_os_error(libc_eio()));
         }
         self.inner.read_exact_at(buf, offset)
     }
@@ -186,12 +169,7 @@ impl ReadAt for FaultyHandle {
     }
 }
 
-/// EIO's number (5 on Linux, macOS and in Windows' C runtime).
-fn libc_eio() -> i32 {
-    5
-}
-
-impl Source for FaultySource {
+impl Source for ProbeSource {
     fn path(&self) -> &Path {
         self.inner.path()
     }
@@ -199,12 +177,9 @@ impl Source for FaultySource {
         self.inner.len()
     }
     fn open_handle(&self) -> io::Result<Box<dyn ReadAt>> {
-        Ok(Box::new(FaultyHandle {
+        Ok(Box::new(ProbeHandle {
             inner: self.inner.open_handle()?,
-            reads: Arc::clone(&self.reads),
             unaligned: Arc::clone(&self.unaligned),
-            fail_at: Arc::clone(&self.fail_at),
-            delay: self.delay,
             align: self.align,
             gate: self.gate.clone(),
         }))

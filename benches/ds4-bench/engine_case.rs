@@ -18,8 +18,8 @@
 use super::plan::Plan;
 use super::threads::{Clock, RunOut};
 use super::BenchError;
-use crate::device::{Device, DeviceBuffer, HostConfig, HostDevice, PINNED_ALIGN};
-use crate::engine::{Engine, EngineConfig, EngineError, ReadRequest, StatsSnapshot};
+use ds4_stream::device::{Device, DeviceBuffer, HostConfig, HostDevice, PINNED_ALIGN};
+use ds4_stream::engine::{Engine, EngineConfig, EngineError, ReadRequest, StatsSnapshot};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -45,11 +45,11 @@ pub struct EngineRun {
 fn engine_err(e: EngineError) -> BenchError {
     match e {
         EngineError::Config(m) => BenchError::Usage(format!("engine configuration: {m}")),
-        other => BenchError::Runtime(crate::cli::chain(&other)),
+        other => BenchError::Runtime(ds4_stream::cli::chain(&other)),
     }
 }
 
-fn device_err(what: &str, e: crate::device::DeviceError) -> BenchError {
+fn device_err(what: &str, e: ds4_stream::device::DeviceError) -> BenchError {
     BenchError::Runtime(format!("{what}: {e}"))
 }
 

@@ -8,7 +8,8 @@ use super::{GenError, Generator};
 use crate::model::ExpertKind;
 
 /// What is left as holes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "tools", derive(clap::ValueEnum))]
 pub enum Holes {
     /// Nothing: every byte is written.
     None,
@@ -193,15 +194,15 @@ impl FillPlan {
     /// with this plan holds them: generator bytes where written, zeros in holes.
     pub fn file_bytes(
         &self,
-        gen: &Generator,
+        generator: &Generator,
         name: &str,
         offset: u64,
         buf: &mut [u8],
     ) -> Result<(), GenError> {
         match self.region(name) {
-            Region::Whole => gen.tensor_bytes(name, offset, buf),
+            Region::Whole => generator.tensor_bytes(name, offset, buf),
             Region::Hole => {
-                gen.check_range(name, offset, buf.len() as u64)?;
+                generator.check_range(name, offset, buf.len() as u64)?;
                 buf.fill(0);
                 Ok(())
             }
@@ -211,16 +212,16 @@ impl FillPlan {
                     .ok_or_else(|| GenError::UnknownTensor {
                         name: name.to_string(),
                     })?;
-                gen.check_range(name, offset, buf.len() as u64)?;
+                generator.check_range(name, offset, buf.len() as u64)?;
                 // Non-zero: routed dims were validated when the generator was built.
-                let eb = gen.expert_bytes(kind).max(1);
+                let eb = generator.expert_bytes(kind).max(1);
                 let mut pos = 0usize;
                 while pos < buf.len() {
                     let abs = offset + pos as u64;
                     let e = abs / eb;
                     let n = ((e + 1) * eb - abs).min((buf.len() - pos) as u64) as usize;
                     if list.binary_search(&e).is_ok() {
-                        gen.tensor_bytes(name, abs, &mut buf[pos..pos + n])?;
+                        generator.tensor_bytes(name, abs, &mut buf[pos..pos + n])?;
                     } else {
                         buf[pos..pos + n].fill(0);
                     }

@@ -249,11 +249,6 @@ impl Plan {
         Ok(plan)
     }
 
-    /// Number of requests over all batches.
-    pub fn requests(&self) -> usize {
-        self.batches.iter().map(Vec::len).sum()
-    }
-
     /// Checks the invariants the cases rely on for memory safety and verification: every
     /// request inside the file and the destination, and requests of one batch never overlapping
     /// in the destination (they run concurrently).

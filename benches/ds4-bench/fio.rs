@@ -48,7 +48,6 @@ pub struct FioJob {
 #[derive(Clone, Debug)]
 pub struct FioOut {
     pub bw_bytes: f64,
-    pub io_bytes: u64,
     pub command: String,
 }
 
@@ -133,13 +132,10 @@ pub fn run(job: &FioJob, path: &Path) -> Result<FioOut, BenchError> {
                 .trim()
         )));
     }
-    let (bw_bytes, io_bytes) =
+    // io_bytes is parsed (a report without it is malformed) but the ratio uses bandwidth only.
+    let (bw_bytes, _io_bytes) =
         parse(&stdout).map_err(|why| BenchError::Fio(format!("`{command}`: {why}")))?;
-    Ok(FioOut {
-        bw_bytes,
-        io_bytes,
-        command,
-    })
+    Ok(FioOut { bw_bytes, command })
 }
 
 /// `(bw_bytes, io_bytes)` from fio's JSON output (text before the first `{` is skipped: fio

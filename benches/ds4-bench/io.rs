@@ -16,9 +16,9 @@ use super::file::{HostDest, TestFile, Verifier};
 use super::fio::{self, FioJob};
 use super::plan::{Pattern, Plan, EXPERT_BYTES};
 use super::report::{self, Mode, Row};
-use super::size::human;
 use super::threads::{run_threads, ThreadsCfg};
 use super::{baselines, plot, BenchError};
+use ds4_stream::units::human_bytes;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -196,7 +196,7 @@ impl Ctx<'_> {
                         // fio failing (e.g. no O_DIRECT on this filesystem) costs its rows,
                         // not the benchmark.
                         slot.skipped = true;
-                        self.log(&format!("  fio skipped: {}", crate::cli::chain(&e)));
+                        self.log(&format!("  fio skipped: {}", ds4_stream::cli::chain(&e)));
                     }
                     Err(e) => return Err(e),
                 }
@@ -452,8 +452,8 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
     if total > file_len {
         return Err(BenchError::usage(format!(
             "--total {} is larger than the file ({})",
-            human(total),
-            human(file_len)
+            human_bytes(total),
+            human_bytes(file_len)
         )));
     }
     let patterns: Vec<Pattern> = match args.pattern {
@@ -484,9 +484,9 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
         if need > avail / 10 * 8 {
             return Err(BenchError::usage(format!(
                 "{copies} destinations of {} ({}) exceed 80% of available memory ({}): lower --dest",
-                human(dest_len),
-                human(need),
-                human(avail)
+                human_bytes(dest_len),
+                human_bytes(need),
+                human_bytes(avail)
             )));
         }
     }
@@ -496,7 +496,7 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
             if !args.quiet {
                 eprintln!(
                     "writing {} test file in {}",
-                    human(file_len),
+                    human_bytes(file_len),
                     args.dir.display()
                 );
             }
@@ -521,9 +521,9 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
     ctx.log(&format!(
         "ds4-bench io: {} ({}), {} per run, dest {}, reps {}, machine {}, fio: {}",
         file.path.display(),
-        human(file.len),
-        human(total),
-        human(dest_len),
+        human_bytes(file.len),
+        human_bytes(total),
+        human_bytes(dest_len),
         args.reps,
         ctx.machine,
         fio_version
@@ -610,8 +610,8 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
         "ds4-bench io — {} — {} ({}, {} per run)",
         ctx.machine,
         file.path.display(),
-        human(file.len),
-        human(total)
+        human_bytes(file.len),
+        human_bytes(total)
     );
     write_outputs(&args, &rows, &title)
 }

@@ -15,9 +15,11 @@ use super::FillPlan;
 pub const FILL_KEY: &str = "ds4stream.gen.fill";
 
 /// A preset size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "tools", derive(clap::ValueEnum))]
 pub enum Scale {
     /// A few MiB: 4 layers (3 hash), embedding 256, 16 experts, FF 256, vocab 512.
+    #[default]
     Tiny,
     /// 540 MiB of experts: 10 layers (3 hash), embedding 1024, 128 experts, FF 512.
     Demo,

@@ -108,22 +108,6 @@ impl fmt::Display for Size {
     }
 }
 
-/// Human-readable approximate size (`4.00 GiB`), for progress and messages.
-pub fn human(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[i])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +147,5 @@ mod tests {
         assert_eq!(Size(4 << 30).to_string(), "4GiB");
         assert_eq!(Size(7_077_888).to_string(), "6912KiB");
         assert_eq!(Size(1000).to_string(), "1000B");
-        assert_eq!(human(1536 << 20), "1.50 GiB");
     }
 }

@@ -37,7 +37,7 @@ pub struct GenSummary {
 impl GenSummary {
     /// One line for the CLI.
     pub fn line(&self) -> String {
-        use crate::model::{group_digits, human_bytes};
+        use crate::units::{group_digits, human_bytes};
         format!(
             "{} tensors, {} B ({}) file, {} B written, {} B holes; {} layers x {} experts of {} B \
              (routed {}, resident {})",
@@ -55,7 +55,7 @@ impl GenSummary {
     }
 }
 
-fn check_plan(shape: &Shape, plan: &FillPlan) -> Result<(), GenError> {
+pub(crate) fn check_plan(shape: &Shape, plan: &FillPlan) -> Result<(), GenError> {
     if let Some(&l) = plan
         .fill_layers
         .iter()
@@ -82,14 +82,14 @@ fn check_plan(shape: &Shape, plan: &FillPlan) -> Result<(), GenError> {
 /// bytes would survive in them). `progress(pos)` is called with the file position reached.
 pub fn write_model<W: Sink>(
     out: W,
-    gen: &Generator,
+    generator: &Generator,
     plan: &FillPlan,
     chunk: usize,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(W, GenSummary), GenError> {
-    let shape = gen.shape();
+    let shape = generator.shape();
     check_plan(shape, plan)?;
-    let layout = plan_layout(shape, gen.seed(), plan)?;
+    let layout = plan_layout(shape, generator.seed(), plan)?;
     let mut summary = GenSummary {
         tensors: layout.tensors.len(),
         file_len: layout.total_len,
@@ -97,7 +97,10 @@ pub fn write_model<W: Sink>(
         hole_bytes: 0,
         n_layer: shape.n_layer,
         n_expert: shape.n_expert,
-        expert_bytes: ExpertKind::ALL.iter().map(|&k| gen.expert_bytes(k)).sum(),
+        expert_bytes: ExpertKind::ALL
+            .iter()
+            .map(|&k| generator.expert_bytes(k))
+            .sum(),
         routed_bytes: 0,
         resident_bytes: 0,
     };
@@ -111,7 +114,7 @@ pub fn write_model<W: Sink>(
         }
         let mut write = |start: u64, len: u64| -> Result<(), GenError> {
             let mut fill = |off: u64, buf: &mut [u8]| -> Result<(), writer::FillError> {
-                gen.tensor_bytes(&t.name, off, buf)?;
+                generator.tensor_bytes(&t.name, off, buf)?;
                 progress(t.offset + off + buf.len() as u64);
                 Ok(())
             };

@@ -10,19 +10,19 @@
 //! Limits: numbers are only as good as the machine is quiet; ratios within one run are what to
 //! compare (../shared/TARGETS.md). Cold runs need Linux (fadvise / drop_caches) or O_DIRECT.
 
-pub mod args;
-pub mod baselines;
-pub mod cache;
-pub mod engine_case;
-pub mod file;
-pub mod fio;
-pub mod io;
-pub mod plan;
-pub mod plot;
-pub mod replay;
-pub mod report;
-pub mod size;
-pub mod threads;
+mod args;
+mod baselines;
+mod cache;
+mod engine_case;
+mod file;
+mod fio;
+mod io;
+mod plan;
+mod plot;
+mod replay;
+mod report;
+mod size;
+mod threads;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -37,7 +37,7 @@ pub enum BenchError {
     /// An input file that cannot be used (exit 2).
     #[error("{0}")]
     BadInput(String),
-    #[error("{what} {path}: offset {offset}, length {len}: {source}")]
+    #[error("{what} {}: offset {offset}, length {len}", path.display())]
     Io {
         what: &'static str,
         path: PathBuf,
@@ -90,7 +90,7 @@ pub enum Command {
 }
 
 /// A progress bar on stderr, hidden when `show` is false or stderr is not a terminal.
-pub(crate) fn progress_bar(len: u64, msg: &'static str, show: bool) -> indicatif::ProgressBar {
+fn progress_bar(len: u64, msg: &'static str, show: bool) -> indicatif::ProgressBar {
     use std::io::IsTerminal;
     if !show || !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
@@ -105,8 +105,7 @@ pub(crate) fn progress_bar(len: u64, msg: &'static str, show: bool) -> indicatif
     bar
 }
 
-/// Entry point of the `ds4-bench` binary.
-pub fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -121,7 +120,7 @@ pub fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ds4-bench: error: {}", crate::cli::chain(&e));
+            eprintln!("ds4-bench: error: {}", ds4_stream::cli::chain(&e));
             ExitCode::from(e.exit_code())
         }
     }

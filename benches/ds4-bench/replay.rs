@@ -65,8 +65,8 @@ pub fn run(args: ReportArgs) -> Result<(), BenchError> {
             "ds4-bench io — {} — {} ({}, {} per run)",
             rows[0].machine,
             rows[0].file,
-            super::size::human(rows[0].file_len),
-            super::size::human(rows[0].bytes)
+            ds4_stream::units::human_bytes(rows[0].file_len),
+            ds4_stream::units::human_bytes(rows[0].bytes)
         )
     });
     if let Err(e) = std::io::stdout().write_all(report::table(&rows).as_bytes()) {

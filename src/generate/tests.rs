@@ -2,14 +2,15 @@ use super::*;
 use std::io::Cursor;
 
 fn write_tiny(plan: &FillPlan, seed: u64) -> (Vec<u8>, GenSummary, Generator) {
-    let gen = Generator::new(&Shape::tiny(), seed).unwrap();
-    let (out, s) = write_model(Cursor::new(Vec::new()), &gen, plan, 4096, &mut |_| {}).unwrap();
-    (out.into_inner(), s, gen)
+    let generator = Generator::new(&Shape::tiny(), seed).unwrap();
+    let (out, s) =
+        write_model(Cursor::new(Vec::new()), &generator, plan, 4096, &mut |_| {}).unwrap();
+    (out.into_inner(), s, generator)
 }
 
 #[test]
 fn tiny_file_holds_generator_bytes_at_planned_offsets() {
-    let (file, s, gen) = write_tiny(&FillPlan::full(), 42);
+    let (file, s, generator) = write_tiny(&FillPlan::full(), 42);
     let layout = plan_layout(&Shape::tiny(), 42, &FillPlan::full()).unwrap();
     assert_eq!(file.len() as u64, layout.total_len);
     assert_eq!(s.file_len, layout.total_len);
@@ -23,7 +24,7 @@ fn tiny_file_holds_generator_bytes_at_planned_offsets() {
     assert_eq!(&file[..layout.header_bytes().len()], layout.header_bytes());
     for t in &layout.tensors {
         let mut want = vec![0u8; t.nbytes as usize];
-        gen.tensor_bytes(&t.name, 0, &mut want).unwrap();
+        generator.tensor_bytes(&t.name, 0, &mut want).unwrap();
         let at = t.offset as usize;
         assert_eq!(&file[at..at + want.len()], &want[..], "{}", t.name);
         assert!(want.iter().any(|&b| b != 0), "{} is all zeros", t.name);
@@ -32,7 +33,7 @@ fn tiny_file_holds_generator_bytes_at_planned_offsets() {
 
 #[test]
 fn any_subrange_matches_the_whole_tensor() {
-    let gen = Generator::new(&Shape::tiny(), 3).unwrap();
+    let generator = Generator::new(&Shape::tiny(), 3).unwrap();
     for name in [
         "blk.1.ffn_gate_exps.weight",
         "blk.3.ffn_down_exps.weight",
@@ -41,16 +42,18 @@ fn any_subrange_matches_the_whole_tensor() {
         "blk.0.ffn_gate_tid2eid.weight",
         "blk.2.attn_norm.weight",
     ] {
-        let n = gen.tensor_len(name).unwrap() as usize;
+        let n = generator.tensor_len(name).unwrap() as usize;
         let mut whole = vec![0u8; n];
-        gen.tensor_bytes(name, 0, &mut whole).unwrap();
+        generator.tensor_bytes(name, 0, &mut whole).unwrap();
         let mut h = 12345u64;
         for _ in 0..50 {
             h = mix64(h);
             let start = (h % n as u64) as usize;
             let len = (mix64(h) % 300).min((n - start) as u64) as usize;
             let mut part = vec![0u8; len];
-            gen.tensor_bytes(name, start as u64, &mut part).unwrap();
+            generator
+                .tensor_bytes(name, start as u64, &mut part)
+                .unwrap();
             assert_eq!(
                 &part[..],
                 &whole[start..start + len],
@@ -59,15 +62,15 @@ fn any_subrange_matches_the_whole_tensor() {
         }
     }
     assert!(matches!(
-        gen.tensor_bytes("nope", 0, &mut [0u8; 1]),
+        generator.tensor_bytes("nope", 0, &mut [0u8; 1]),
         Err(GenError::UnknownTensor { .. })
     ));
-    let n = gen.tensor_len("output.weight").unwrap();
+    let n = generator.tensor_len("output.weight").unwrap();
     assert!(matches!(
-        gen.tensor_bytes("output.weight", n - 1, &mut [0u8; 2]),
+        generator.tensor_bytes("output.weight", n - 1, &mut [0u8; 2]),
         Err(GenError::Range { .. })
     ));
-    assert!(gen
+    assert!(generator
         .tensor_bytes("output.weight", u64::MAX, &mut [0u8; 2])
         .is_err());
 }
@@ -91,20 +94,23 @@ fn holes_and_partial_experts_match_file_bytes() {
         fill_layers: vec![3],
         fill_experts: Some(vec![1, 5, 15]),
     };
-    let (file, s, gen) = write_tiny(&plan, 9);
+    let (file, s, generator) = write_tiny(&plan, 9);
     let layout = plan_layout(&Shape::tiny(), 9, &plan).unwrap();
     assert_eq!(file.len() as u64, layout.total_len);
-    let eb: u64 = ExpertKind::ALL.iter().map(|&k| gen.expert_bytes(k)).sum();
+    let eb: u64 = ExpertKind::ALL
+        .iter()
+        .map(|&k| generator.expert_bytes(k))
+        .sum();
     assert_eq!(s.written_bytes, 3 * eb);
     for t in &layout.tensors {
         let mut want = vec![0u8; t.nbytes as usize];
-        plan.file_bytes(&gen, &t.name, 0, &mut want).unwrap();
+        plan.file_bytes(&generator, &t.name, 0, &mut want).unwrap();
         let at = t.offset as usize;
         assert_eq!(&file[at..at + want.len()], &want[..], "{}", t.name);
     }
     // Expert 5 of layer 3 is real data; expert 4 and every resident tensor are zeros.
     let down = layout.tensors[layout.index_of("blk.3.ffn_down_exps.weight").unwrap()].clone();
-    let deb = gen.expert_bytes(ExpertKind::Down);
+    let deb = generator.expert_bytes(ExpertKind::Down);
     let e5 = &file[(down.offset + 5 * deb) as usize..][..deb as usize];
     let e4 = &file[(down.offset + 4 * deb) as usize..][..deb as usize];
     assert!(e5.iter().any(|&b| b != 0));
@@ -122,20 +128,34 @@ fn holes_and_partial_experts_match_file_bytes() {
 
 #[test]
 fn bad_fill_lists_are_rejected() {
-    let gen = Generator::new(&Shape::tiny(), 0).unwrap();
+    let generator = Generator::new(&Shape::tiny(), 0).unwrap();
     let plan = FillPlan {
         holes: Holes::Experts,
         fill_layers: vec![4],
         fill_experts: None,
     };
-    let e = write_model(Cursor::new(Vec::new()), &gen, &plan, 4096, &mut |_| {}).unwrap_err();
+    let e = write_model(
+        Cursor::new(Vec::new()),
+        &generator,
+        &plan,
+        4096,
+        &mut |_| {},
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("fill layer 4 does not exist"), "{e}");
     let plan = FillPlan {
         holes: Holes::Experts,
         fill_layers: vec![0],
         fill_experts: Some(vec![16]),
     };
-    let e = write_model(Cursor::new(Vec::new()), &gen, &plan, 4096, &mut |_| {}).unwrap_err();
+    let e = write_model(
+        Cursor::new(Vec::new()),
+        &generator,
+        &plan,
+        4096,
+        &mut |_| {},
+    )
+    .unwrap_err();
     assert!(
         e.to_string().contains("fill expert 16 does not exist"),
         "{e}"
@@ -178,10 +198,10 @@ fn flash_inventory_matches_the_published_numbers() {
     assert_eq!(format!("{:.3}", gib(by_type["I32"])), "0.009");
     assert_eq!(format!("{:.3}", gib(by_type["F32"])), "0.002");
     assert_eq!(format!("{:.3}", gib(routed + resident)), "80.759");
-    let gen = Generator::new(&shape, 0).unwrap();
-    assert_eq!(gen.expert_bytes(ExpertKind::Gate), 2_162_688);
-    assert_eq!(gen.expert_bytes(ExpertKind::Up), 2_162_688);
-    assert_eq!(gen.expert_bytes(ExpertKind::Down), 2_752_512);
+    let generator = Generator::new(&shape, 0).unwrap();
+    assert_eq!(generator.expert_bytes(ExpertKind::Gate), 2_162_688);
+    assert_eq!(generator.expert_bytes(ExpertKind::Up), 2_162_688);
+    assert_eq!(generator.expert_bytes(ExpertKind::Down), 2_752_512);
     assert_eq!(
         Generator::new(&Shape::flash().with_q4k(), 0)
             .unwrap()
@@ -198,8 +218,11 @@ fn flash_inventory_matches_the_published_numbers() {
 #[test]
 fn demo_is_big_enough_to_stream() {
     let s = Shape::demo();
-    let gen = Generator::new(&s, 0).unwrap();
-    let eb: u64 = ExpertKind::ALL.iter().map(|&k| gen.expert_bytes(k)).sum();
+    let generator = Generator::new(&s, 0).unwrap();
+    let eb: u64 = ExpertKind::ALL
+        .iter()
+        .map(|&k| generator.expert_bytes(k))
+        .sum();
     let experts = eb * s.n_expert * u64::from(s.n_layer);
     assert!(experts > 300 << 20 && experts < 1 << 30, "{experts}");
 }

@@ -15,17 +15,20 @@
 
 mod blocks;
 mod fill;
+mod options;
 mod shape;
 mod write;
 
 pub use blocks::{mix64, supported, tensor_key, Values};
 pub use fill::{format_list, parse_list, FillPlan, Holes, Region};
+pub use options::{write_file, Options, Quant};
 pub use shape::{Scale, Shape, FILL_KEY};
 pub use write::{plan_layout, write_model, GenSummary};
 
 use crate::gguf::GgmlType;
 use crate::model::ExpertKind;
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 /// Errors of the generator.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +50,37 @@ pub enum GenError {
     BadPlan { why: String },
     #[error(transparent)]
     Write(#[from] crate::gguf::writer::WriteError),
+    #[error("cannot create temporary file {}", path.display())]
+    CreateTemp {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the temporary file failed (it has been removed).
+    #[error("writing temporary file {}", path.display())]
+    WriteTemp {
+        path: PathBuf,
+        #[source]
+        source: Box<GenError>,
+    },
+    #[error("cannot rename {} to {}", from.display(), to.display())]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl GenError {
+    /// True when the options were at fault (a bad fill list or plan), not the file system.
+    pub fn is_bad_input(&self) -> bool {
+        match self {
+            GenError::BadList { .. } | GenError::BadPlan { .. } => true,
+            GenError::WriteTemp { source, .. } => source.is_bad_input(),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -11,8 +11,9 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::PathBuf;
 
-/// A forward-only byte cursor with a known total size.
-pub(crate) trait Source {
+/// A forward-only byte cursor with a known total size. (Not `ds4_io::Source`, which opens
+/// positional-read handles for the data path: this one only walks a header, front to back.)
+pub(crate) trait HeaderSource {
     /// Bytes consumed so far (the absolute offset of the next byte).
     fn pos(&self) -> u64;
     /// Total size of the input.
@@ -40,18 +41,18 @@ pub(crate) trait Source {
 }
 
 /// Cursor over bytes in memory.
-pub(crate) struct SliceSource<'a> {
+pub(crate) struct SliceHeaderSource<'a> {
     bytes: &'a [u8],
     pos: usize,
 }
 
-impl<'a> SliceSource<'a> {
+impl<'a> SliceHeaderSource<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
         Self { bytes, pos: 0 }
     }
 }
 
-impl Source for SliceSource<'_> {
+impl HeaderSource for SliceHeaderSource<'_> {
     fn pos(&self) -> u64 {
         self.pos as u64
     }
@@ -77,14 +78,14 @@ impl Source for SliceSource<'_> {
 
 /// Cursor over a file: sequential reads through a 64 KiB buffer, size taken from the file's
 /// metadata when it was opened.
-pub(crate) struct FileSource {
+pub(crate) struct FileHeaderSource {
     reader: BufReader<File>,
     path: PathBuf,
     pos: u64,
     size: u64,
 }
 
-impl FileSource {
+impl FileHeaderSource {
     pub(crate) fn open(path: PathBuf) -> Result<Self, GgufError> {
         let file = match open_read(&path) {
             Ok(f) => f,
@@ -133,7 +134,7 @@ fn open_read(path: &std::path::Path) -> std::io::Result<File> {
     File::open(path)
 }
 
-impl Source for FileSource {
+impl HeaderSource for FileHeaderSource {
     fn pos(&self) -> u64 {
         self.pos
     }

@@ -10,10 +10,10 @@
 //! Limits: a killed benchmark leaves its temp file behind (`ds4-bench-*.bin` in `--dir`).
 
 use super::plan::{Plan, SplitMix};
-use super::size::human;
 use super::BenchError;
 use ds4_io::pattern;
 use ds4_io::AlignedBuf;
+use ds4_stream::units::human_bytes;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,9 +39,9 @@ impl TestFile {
             if len.saturating_add(1 << 30) > avail {
                 return Err(BenchError::usage(format!(
                     "--size {} does not fit in {} ({} free, 1 GiB kept spare)",
-                    human(len),
+                    human_bytes(len),
                     dir.display(),
-                    human(avail)
+                    human_bytes(avail)
                 )));
             }
         }
@@ -316,7 +316,7 @@ impl HostDest {
         let mut buf = AlignedBuf::new(n, 4096).ok_or_else(|| {
             BenchError::Runtime(format!(
                 "cannot allocate {} of destination memory",
-                human(len)
+                human_bytes(len)
             ))
         })?;
         buf.fill(0x5a);
@@ -325,10 +325,6 @@ impl HostDest {
 
     pub fn len(&self) -> u64 {
         self.buf.len() as u64
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
     }
 
     /// Overwrites `[0, len)` with a poison byte, so a run that writes nothing cannot pass
@@ -411,7 +407,7 @@ impl DestPtr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::plan::EXPERT_BYTES;
+    use crate::plan::EXPERT_BYTES;
 
     /// Writes what `plan` says into a HostDest, reading from `file_bytes`.
     fn deliver(plan: &Plan, file_bytes: &[u8], dest: &mut HostDest) {
@@ -475,7 +471,7 @@ mod tests {
         // Only a sample is checked; make sure this byte is in it by checking a 4 KiB head. After
         // laps [0,8) [8,16) [16,20) MiB, destination 5 MiB holds file byte 13 MiB.
         let mut plan1 = plan.clone();
-        plan1.batches = vec![vec![crate::bench::plan::Request {
+        plan1.batches = vec![vec![crate::plan::Request {
             file_off: 13 << 20,
             len: 4096,
             dest_off: 5 << 20,
