@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// A positional read that failed: the file, the requested range and the cause.
 #[derive(Debug, thiserror::Error)]
-#[error("reading {len} bytes at offset {offset} of {}: {source}", path.display())]
+#[error("reading {len} bytes at offset {offset} of {}", path.display())]
 pub struct ReadError {
     /// The file that was read.
     pub path: PathBuf,

@@ -64,7 +64,7 @@ pub const MAX_WORKERS: usize = 1024;
 /// A worker could not open its handle; [`ReaderPool::new`] returns it inside an `io::Error` of
 /// the same kind.
 #[derive(Debug, thiserror::Error)]
-#[error("reader worker {worker}: cannot open {}: {source}", path.display())]
+#[error("reader worker {worker}: cannot open {}", path.display())]
 pub struct WorkerOpenError {
     pub worker: usize,
     pub path: PathBuf,

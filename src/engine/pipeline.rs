@@ -603,11 +603,16 @@ mod tests {
 
     #[test]
     fn direct_ok_needs_everything_aligned() {
-        let p = 4096 as *const u8;
+        let p = std::ptr::without_provenance::<u8>(4096);
         assert!(direct_ok(Some(4096), 8192, 4096, p));
         assert!(!direct_ok(Some(4096), 8193, 4096, p));
         assert!(!direct_ok(Some(4096), 8192, 4095, p));
-        assert!(!direct_ok(Some(4096), 8192, 4096, 4097 as *const u8));
+        assert!(!direct_ok(
+            Some(4096),
+            8192,
+            4096,
+            std::ptr::without_provenance::<u8>(4097)
+        ));
         assert!(!direct_ok(None, 0, 4096, p));
     }
 }
