@@ -37,8 +37,11 @@ pub enum CaseArg {
     CLoad,
     /// The C engine's streaming path: 18 workers, one job per slice (expert pattern only).
     CStream,
-    /// fio with matching parameters (skipped with a note when fio is not on PATH).
+    /// fio with matching parameters, plus (cold) a ceiling set of psync and libaio
+    /// configurations (skipped with a note when fio is not on PATH).
     Fio,
+    /// `ds4 cat`'s exact path: its engine and request loop (seq pattern only).
+    Cat,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -111,7 +114,7 @@ pub struct IoArgs {
         long,
         value_delimiter = ',',
         value_enum,
-        default_value = "engine,engine-host,io-threads,mmap,c-load,c-stream,fio"
+        default_value = "engine,engine-host,io-threads,cat,mmap,c-load,c-stream,fio"
     )]
     pub cases: Vec<CaseArg>,
     /// Seconds each fio run lasts (fio --time_based --runtime).

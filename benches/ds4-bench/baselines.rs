@@ -24,7 +24,7 @@ pub const C_LOAD_SLOTS: usize = 4;
 pub const C_LOAD_SLOT_BYTES: u64 = 64 << 20;
 
 /// The old path: copy from a memmap2 mapping of the file.
-pub fn run_mmap(path: &Path, plan: &Plan, dest: DestPtr) -> Result<RunOut, BenchError> {
+pub fn run_mmap(path: &Path, plan: &Plan, dest: DestPtr<'_>) -> Result<RunOut, BenchError> {
     let f = File::open(path).map_err(|e| BenchError::Io {
         what: "open for mmap",
         path: path.to_path_buf(),
@@ -70,7 +70,7 @@ pub fn run_mmap(path: &Path, plan: &Plan, dest: DestPtr) -> Result<RunOut, Bench
 pub fn run_c_load(
     path: &Path,
     plan: &Plan,
-    dest: DestPtr,
+    dest: DestPtr<'_>,
     direct: bool,
 ) -> Result<RunOut, BenchError> {
     let src = FileSource::open(

@@ -344,11 +344,12 @@ impl HostDest {
         }
     }
 
-    /// A raw view for writer threads.
-    pub fn ptr(&mut self) -> DestPtr {
+    /// A raw view for writer threads, borrowing the destination mutably for its lifetime.
+    pub fn ptr(&mut self) -> DestPtr<'_> {
         DestPtr {
             ptr: self.buf.as_mut_ptr(),
             len: self.buf.len() as u64,
+            _dest: std::marker::PhantomData,
         }
     }
 
@@ -370,25 +371,27 @@ impl HostDest {
 /// Soundness rests on the plan: [`Plan::check`] proves requests of one batch never overlap in
 /// the destination, and a case finishes one batch before the next begins, so no two threads
 /// ever touch the same bytes at once. The owning `HostDest` is borrowed mutably for the whole run
-/// (the `DestPtr` is created from `&mut` and used inside a scope that ends before it is read).
+/// (the `DestPtr` holds the `&'d mut HostDest` borrow, so the destination outlives every slice
+/// handed out, and nothing else can read it meanwhile).
 #[derive(Clone, Copy)]
-pub struct DestPtr {
+pub struct DestPtr<'d> {
     ptr: *mut u8,
     len: u64,
+    _dest: std::marker::PhantomData<&'d mut HostDest>,
 }
 
-// SAFETY: see the type's doc: disjoint ranges per thread, lifetime bounded by the run's scope.
-unsafe impl Send for DestPtr {}
+// SAFETY: see the type's doc: disjoint ranges per thread, lifetime bounded by the borrow.
+unsafe impl Send for DestPtr<'_> {}
 // SAFETY: as above.
-unsafe impl Sync for DestPtr {}
+unsafe impl Sync for DestPtr<'_> {}
 
-impl DestPtr {
-    /// The destination bytes `[off, off + len)`.
+impl<'d> DestPtr<'d> {
+    /// The destination bytes `[off, off + len)`, for at most as long as the destination is
+    /// borrowed.
     ///
     /// # Safety
-    /// No other live reference may cover any of these bytes while the returned slice lives,
-    /// and the `HostDest` must outlive it.
-    pub unsafe fn slice_mut<'a>(&self, off: u64, len: u64) -> Result<&'a mut [u8], BenchError> {
+    /// No other live reference may cover any of these bytes while the returned slice lives.
+    pub unsafe fn slice_mut(&self, off: u64, len: u64) -> Result<&'d mut [u8], BenchError> {
         match off.checked_add(len) {
             Some(e) if e <= self.len => {
                 // SAFETY: in bounds (checked above); exclusivity is the caller's contract.

@@ -12,7 +12,7 @@
 use super::args::{CaseArg, IoArgs, OnOff, PatternArg};
 use super::cache;
 use super::engine_case::{EngineBench, EngineRun};
-use super::file::{HostDest, TestFile, Verifier};
+use super::file::{DestPtr, HostDest, TestFile, Verifier};
 use super::fio::{self, FioJob};
 use super::plan::{Pattern, Plan, EXPERT_BYTES};
 use super::report::{self, Mode, Row};
@@ -22,13 +22,115 @@ use ds4_stream::units::human_bytes;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// The fio configurations added to every cold block so that "best fio" is the disk's ceiling:
+/// psync with 1, 4 and 18 jobs and libaio at depth 4, 8, 16 and 32, with 4 and 8 MiB blocks
+/// (seq) or one expert per IO (expert); those the sweep runs anyway are left out.
+fn ceiling_fio(pattern: Pattern, swept_workers: &[usize], swept_chunks: &[u64]) -> Vec<Case> {
+    let chunks: &[u64] = match pattern {
+        Pattern::Seq => &[4 << 20, 8 << 20],
+        Pattern::Expert => &[EXPERT_BYTES],
+    };
+    let mut v = Vec::new();
+    for &chunk in chunks {
+        for w in [1, 4, 18] {
+            let swept = swept_workers.contains(&w)
+                && (pattern == Pattern::Expert || swept_chunks.contains(&chunk));
+            if !swept {
+                v.push(Case::Fio {
+                    workers: w,
+                    chunk,
+                    aio: None,
+                });
+            }
+        }
+        for d in [4, 8, 16, 32] {
+            v.push(Case::Fio {
+                workers: 1,
+                chunk,
+                aio: Some(d),
+            });
+        }
+    }
+    v
+}
+
+/// `ds4 cat`'s path on the plan (seq): per batch, `copy_range` of its one request into a
+/// writer that lays the bytes into the destination ring, so the usual verifier checks them.
+/// The copy into the ring is the one cost `cat > /dev/null` does not pay.
+fn run_cat(
+    path: &Path,
+    plan: &Plan,
+    dest: DestPtr<'_>,
+) -> Result<super::threads::RunOut, BenchError> {
+    let engine = ds4_stream::cli::cat::open_engine(path)
+        .map_err(|e| BenchError::Runtime(ds4_stream::cli::chain(&e)))?;
+    let cpu0 = super::cache::cpu_seconds(false);
+    let t0 = std::time::Instant::now();
+    for batch in &plan.batches {
+        for r in batch {
+            let mut w = RingWriter {
+                dest,
+                pos: r.dest_off,
+            };
+            ds4_stream::cli::cat::copy_range(&engine, r.file_off, r.len, &mut w).map_err(|e| {
+                match e {
+                    ds4_stream::cli::cat::CopyError::Read(e) => {
+                        BenchError::Runtime(ds4_stream::cli::chain(&e))
+                    }
+                    ds4_stream::cli::cat::CopyError::Write(e) => {
+                        BenchError::Runtime(format!("cat case: {e}"))
+                    }
+                }
+            })?;
+        }
+    }
+    let elapsed = t0.elapsed();
+    let cpu_secs = super::cache::cpu_seconds(false)
+        .zip(cpu0)
+        .map(|(a, b)| a - b);
+    let s = engine.stats();
+    let read = s.direct_chunks + s.buffered_chunks;
+    Ok(super::threads::RunOut {
+        elapsed,
+        cpu_secs,
+        direct_fraction: (read > 0).then(|| s.direct_chunks as f64 / read as f64),
+    })
+}
+
+/// Writes a byte stream into the destination from `pos` on (one thread, in order).
+struct RingWriter<'d> {
+    dest: DestPtr<'d>,
+    pos: u64,
+}
+
+impl Write for RingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // SAFETY: this writer is the only user of the destination during the cat case (one
+        // thread writes the plan's one request per batch, in order), and the slice is dropped
+        // before the next write.
+        let d = unsafe { self.dest.slice_mut(self.pos, buf.len() as u64) }
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        d.copy_from_slice(buf);
+        self.pos += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// One configuration to measure.
 #[derive(Clone, Debug)]
 enum Case {
+    /// psync fio with `workers` jobs, or (`aio: Some(depth)`) one libaio job at that depth.
     Fio {
         workers: usize,
         chunk: u64,
+        aio: Option<usize>,
     },
+    /// `ds4 cat`'s exact path (seq only): its engine, `copy_range` in 4 MiB requests on the
+    /// file grid, each `Bytes` written to a sink that copies it into the destination ring.
+    Cat,
     Engine {
         host: bool,
         workers: usize,
@@ -50,7 +152,9 @@ enum Case {
 impl Case {
     fn name(&self) -> &'static str {
         match self {
-            Case::Fio { .. } => "fio",
+            Case::Fio { aio: None, .. } => "fio",
+            Case::Fio { aio: Some(_), .. } => "fio-aio",
+            Case::Cat => "cat",
             Case::Engine { host: false, .. } => "engine",
             Case::Engine { host: true, .. } => "engine-host",
             Case::Threads { .. } => "io-threads",
@@ -63,8 +167,12 @@ impl Case {
     /// (workers, chunk, direct) as reported; chunk `u64::MAX` = one read per slice.
     fn params(&self, pattern: Pattern, mode: Mode) -> (usize, u64, bool) {
         match *self {
-            Case::Fio { workers, chunk } => (
+            Case::Fio {
                 workers,
+                chunk,
+                aio,
+            } => (
+                aio.unwrap_or(workers),
                 if pattern == Pattern::Expert {
                     EXPERT_BYTES
                 } else {
@@ -83,6 +191,11 @@ impl Case {
                 chunk,
                 direct,
             } => (workers, chunk, direct),
+            Case::Cat => (
+                ds4_stream::cli::cat::CAT_WORKERS,
+                ds4_stream::cli::cat::CHUNK as u64,
+                true,
+            ),
             Case::CStream => (18, u64::MAX, false),
             Case::Mmap => (1, 0, false),
             Case::CLoad { direct } => (1, baselines::C_LOAD_SLOT_BYTES, direct),
@@ -223,10 +336,15 @@ impl Ctx<'_> {
         m.resident_before = res;
         let path = self.file.path.clone();
         let out = match *case {
-            Case::Fio { workers, chunk } => {
+            Case::Fio {
+                workers,
+                chunk,
+                aio,
+            } => {
                 let job = FioJob {
                     pattern: plan.pattern,
                     workers,
+                    aio_depth: aio,
                     chunk,
                     total: plan.bytes,
                     file_len: self.file.len,
@@ -283,6 +401,10 @@ impl Ctx<'_> {
                     drop_after: false,
                 };
                 run_threads(&path, plan, self.dest.ptr(), cfg)?
+            }
+            Case::Cat => {
+                self.dest.poison(plan.dest_len);
+                run_cat(&path, plan, self.dest.ptr())?
             }
             Case::CStream => {
                 self.dest.poison(plan.dest_len);
@@ -386,6 +508,7 @@ impl Ctx<'_> {
             cpu_util: m.cpu_secs.filter(|_| wall > 0.0).map(|c| c / wall),
             vs_fio: None,
             vs_fio_best: None,
+            fio_best: None,
             vs_mmap: None,
             vs_c: None,
             verified_bytes: m.verified_bytes,
@@ -565,11 +688,21 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
             if has(CaseArg::CStream) && plan.pattern == Pattern::Expert {
                 cases.push(Case::CStream);
             }
+            if has(CaseArg::Cat) && plan.pattern == Pattern::Seq {
+                cases.push(Case::Cat);
+            }
+            if fio_version.is_some() && has(CaseArg::Fio) && mode == Mode::Cold {
+                // The disk's ceiling: the best of several fio configurations, not one.
+                for c in ceiling_fio(plan.pattern, &workers, &args.chunk) {
+                    cases.push(c);
+                }
+            }
             for &w in &workers {
                 if fio_version.is_some() && plan.pattern == Pattern::Expert {
                     cases.push(Case::Fio {
                         workers: w,
                         chunk: EXPERT_BYTES,
+                        aio: None,
                     });
                 }
                 for &c in &args.chunk {
@@ -577,6 +710,7 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
                         cases.push(Case::Fio {
                             workers: w,
                             chunk: c,
+                            aio: None,
                         });
                     }
                     for &d in &directs {

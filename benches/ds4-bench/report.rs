@@ -1,9 +1,10 @@
 //! Result rows, the ratios between cases, and the three text outputs (table, JSON lines, CSV).
 //!
-//! Every ratio compares rows of the SAME run (same file, pattern and cold/hot mode), as
-//! ../shared/TARGETS.md asks: absolute numbers drift on shared machines, ratios much less.
-//! - `vs_fio`: against fio with the same workers (and chunk, for `seq`); null when fio did not
-//!   run with those parameters. `vs_fio_best`: against the fastest fio row of the pattern/mode.
+//! Every ratio compares rows of the SAME run (same file, pattern and cold/hot mode):
+//! absolute numbers drift on shared machines, ratios much less.
+//! - `vs_fio`: against psync fio with the same workers (and chunk, for `seq`); null when fio
+//!   did not run with those parameters. `vs_fio_best`: against the fastest fio row of the
+//!   pattern/mode, psync or libaio (`fio-aio`); `fio_best` names it.
 //! - `vs_mmap`: against the old path (mmap + copy). `vs_c`: against the C engine's path for that
 //!   pattern (`c-load` for seq, `c-stream` for expert, `c-load` if c-stream did not run).
 
@@ -60,6 +61,9 @@ pub struct Row {
     pub cpu_util: Option<f64>,
     pub vs_fio: Option<f64>,
     pub vs_fio_best: Option<f64>,
+    /// The fio configuration `vs_fio_best` is against ("fio-aio w=8 chunk=4MiB").
+    #[serde(default)]
+    pub fio_best: Option<String>,
     pub vs_mmap: Option<f64>,
     pub vs_c: Option<f64>,
     /// Destination bytes compared with the file after the last repetition (0 for fio).
@@ -81,10 +85,12 @@ impl Row {
 /// Orders rows for reading: pattern, mode, case (fio, engine, engine-host, io-threads, then
 /// the baselines), workers, chunk, direct on before off.
 pub fn sort_rows(rows: &mut [Row]) {
-    const ORDER: [&str; 7] = [
+    const ORDER: [&str; 9] = [
         "fio",
+        "fio-aio",
         "engine",
         "engine-host",
+        "cat",
         "io-threads",
         "mmap",
         "c-load",
@@ -110,12 +116,13 @@ pub fn compute_ratios(rows: &mut [Row]) {
         let ratio = |o: Option<&&Row>| o.filter(|o| o.gbps > 0.0).map(|o| r.gbps / o.gbps);
         let fio_match = same.iter().find(|o| {
             o.case == "fio"
+                && !r.case.starts_with("fio-")
                 && o.workers == r.workers
                 && (r.pattern == Pattern::Expert || o.chunk == r.chunk)
         });
         let fio_best = same
             .iter()
-            .filter(|o| o.case == "fio")
+            .filter(|o| o.case.starts_with("fio"))
             .max_by(|a, b| a.gbps.total_cmp(&b.gbps));
         let mmap = same.iter().find(|o| o.case == "mmap");
         let c = match r.pattern {
@@ -127,6 +134,8 @@ pub fn compute_ratios(rows: &mut [Row]) {
         };
         r.vs_fio = ratio(fio_match);
         r.vs_fio_best = ratio(fio_best);
+        r.fio_best =
+            fio_best.map(|o| format!("{} w={} chunk={}", o.case, o.workers, chunk_text(o.chunk)));
         r.vs_mmap = ratio(mmap);
         r.vs_c = ratio(c);
     }
@@ -290,6 +299,7 @@ pub(crate) fn sample_row(case: &str, workers: usize, chunk: u64, gbps: f64) -> R
         cpu_util: Some(0.5),
         vs_fio: None,
         vs_fio_best: None,
+        fio_best: None,
         vs_mmap: None,
         vs_c: None,
         verified_bytes: 1,

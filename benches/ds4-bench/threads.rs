@@ -94,7 +94,7 @@ pub(crate) fn io_err(
 pub fn run_threads(
     path: &Path,
     plan: &Plan,
-    dest: DestPtr,
+    dest: DestPtr<'_>,
     cfg: ThreadsCfg,
 ) -> Result<RunOut, BenchError> {
     if cfg.workers == 0 || cfg.chunk == 0 {
@@ -226,7 +226,7 @@ fn read_piece(
     path: &Path,
     h: &mut dyn ReadAt,
     p: Request,
-    dest: DestPtr,
+    dest: DestPtr<'_>,
     staging: Option<&mut AlignedBuf>,
     drop_after: bool,
 ) -> Result<(), BenchError> {

@@ -78,20 +78,32 @@ pub fn copy_range(
     out.flush().map_err(CopyError::Write)
 }
 
-/// The engine `cat` reads through: host backend (reads land straight in host memory).
-fn cat_engine(a: &Args) -> Result<Engine, CliError> {
+/// The engine `cat` reads through (also `ds4-bench io`'s `cat` case): host backend, reads
+/// land straight in pooled host memory; cache-first reads (hot bytes from the page cache, cold
+/// ones unbuffered).
+pub fn open_engine(path: &std::path::Path) -> Result<Engine, EngineError> {
     let device = BackendKind::Host
         .open_default()
-        .map_err(|e| CliError::runtime(super::chain(&e)))?;
+        .map_err(|source| EngineError::Device {
+            offset: 0,
+            len: 0,
+            label: None,
+            source,
+        })?;
     let cfg = EngineConfig {
         workers: CAT_WORKERS,
-        slots: 2,
+        slots: 1, // host-visible reads take no staging slot
         slot_bytes: CHUNK,
+        host_pool_bytes: (WINDOW + 2) * (CHUNK + (64 << 10)),
         ..EngineConfig::default()
     };
+    Engine::open(path, device, cfg)
+}
+
+fn cat_engine(a: &Args) -> Result<Engine, CliError> {
     // The header was just read from this path, so a failing open here is a runtime condition
     // (too many open files, the file replaced meanwhile), not bad input.
-    Engine::open(&a.file, device, cfg).map_err(|e| CliError::runtime(super::chain(&e)))
+    open_engine(&a.file).map_err(|e| CliError::runtime(super::chain(&e)))
 }
 
 fn parse_num(s: &str) -> Option<u64> {

@@ -3,7 +3,7 @@
 //! (`ds4: error: …`, usage errors included); a broken pipe on stdout counts as success
 //! (`ds4 cat … | head`); no output path panics (stdout goes through [`out`], never `println!`).
 
-mod cat;
+pub mod cat;
 mod demo;
 mod gen_model;
 mod inspect;
