@@ -81,6 +81,10 @@ struct Args {
     /// Destination bytes all clients may hold at once.
     #[arg(long, value_parser = parse_size, default_value = "3GiB")]
     max_inflight: u64,
+    /// Largest single operation (e.g. 16MiB: no whole-tensor or multi-GiB reads, so a run of
+    /// many operations finishes sooner); default: no limit.
+    #[arg(long, value_parser = parse_size)]
+    max_op: Option<u64>,
     /// Seed of every random choice.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -159,6 +163,7 @@ fn main() -> ExitCode {
         storm_every: (!a.storm_every.is_zero()).then_some(a.storm_every),
         storm_requests: a.storm_requests,
         huge_bytes: a.huge,
+        max_op_bytes: a.max_op.unwrap_or(u64::MAX),
         max_inflight_bytes: a.max_inflight,
         seed: a.seed,
         lost_timeout: a.lost_timeout,

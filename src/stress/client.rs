@@ -118,6 +118,8 @@ pub struct Ctx {
     pub work: Arc<super::Work>,
     pub cancel: f64,
     pub huge_bytes: u64,
+    /// Largest operation drawn (bytes).
+    pub max_op_bytes: u64,
     pub eio_expected: bool,
     pub lost_timeout: Duration,
     /// Requests accepted by `engine.submit` (to check completions against engine stats).
@@ -496,7 +498,13 @@ pub fn thread_client(ctx: Arc<Ctx>, seed: u64, lost: Arc<std::sync::Mutex<Vec<Ti
     let mut s = Scratch::default();
     let file_len = ctx.expect.len();
     while let Some(id) = ctx.work.next() {
-        let mut op = plan(&mut rng, file_len, ctx.huge_bytes, ctx.budget.max(), false);
+        let mut op = plan(
+            &mut rng,
+            file_len,
+            ctx.huge_bytes,
+            ctx.budget.max().min(ctx.max_op_bytes),
+            false,
+        );
         op.cancel = pick_cancel(&mut rng, ctx.cancel);
         let _held = ctx.budget.acquire(op.bytes().max(op.dest_len as u64));
         ctx.tally.ops.fetch_add(1, Ordering::Relaxed);
@@ -561,7 +569,13 @@ pub async fn task_client(ctx: Arc<Ctx>, seed: u64) {
     let mut s = Scratch::default();
     let file_len = ctx.expect.len();
     while let Some(id) = ctx.work.next() {
-        let mut op = plan(&mut rng, file_len, ctx.huge_bytes, ctx.budget.max(), true);
+        let mut op = plan(
+            &mut rng,
+            file_len,
+            ctx.huge_bytes,
+            ctx.budget.max().min(ctx.max_op_bytes),
+            true,
+        );
         op.cancel = pick_cancel(&mut rng, ctx.cancel);
         // Never block a runtime thread on the budget: the tasks that would give bytes back
         // need those threads to run (a blocking acquire here deadlocked a 5-minute run).

@@ -76,6 +76,9 @@ pub struct StressConfig {
     pub storm_requests: usize,
     /// Size of the multi-GiB reads (0: none).
     pub huge_bytes: u64,
+    /// Largest operation (bytes read by one request); larger draws are drawn again. For runs
+    /// that count operations (a million verified reads) rather than bytes.
+    pub max_op_bytes: u64,
     /// Bytes of destinations all clients may hold at once.
     pub max_inflight_bytes: u64,
     pub seed: u64,
@@ -107,6 +110,7 @@ impl Default for StressConfig {
             storm_every: Some(Duration::from_secs(3)),
             storm_requests: 2000,
             huge_bytes: (9 << 30) / 4,
+            max_op_bytes: u64::MAX,
             max_inflight_bytes: 3 << 30,
             seed: 1,
             lost_timeout: Duration::from_secs(60),
@@ -421,6 +425,7 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
             work: Arc::clone(&work),
             cancel: cfg.cancel,
             huge_bytes: cfg.huge_bytes,
+            max_op_bytes: cfg.max_op_bytes,
             eio_expected: cfg.faults.fails_reads(),
             lost_timeout: cfg.lost_timeout,
             submitted: Arc::clone(&submitted),
