@@ -191,10 +191,12 @@ impl Case {
                 chunk,
                 direct,
             } => (workers, chunk, direct),
+            // cat always opens with direct on, but reads cached bytes from the page cache:
+            // in hot runs nothing goes unbuffered (direct_fraction shows it).
             Case::Cat => (
                 ds4_stream::cli::cat::CAT_WORKERS,
                 ds4_stream::cli::cat::CHUNK as u64,
-                true,
+                mode == Mode::Cold,
             ),
             Case::CStream => (18, u64::MAX, false),
             Case::Mmap => (1, 0, false),
