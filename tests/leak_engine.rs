@@ -105,6 +105,13 @@ fn engines_return_fds_threads_pinned_memory_and_buffers() {
             "{what}: pinned buffers still allocated"
         );
         assert_eq!(open_fds(), fds0, "{what}: open fds changed");
+        // A joined thread can stay listed in /proc/self/task for a moment after `join` returns
+        // (the kernel wakes the joiner before it removes the exiting task): wait for it, with a
+        // bound. A thread that was never joined stays and fails the check.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while threads() != threads0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
         assert_eq!(threads(), threads0, "{what}: thread count changed");
     };
 
