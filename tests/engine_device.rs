@@ -29,6 +29,19 @@ fn gated(host_visible: bool) -> (Arc<HostDevice>, Arc<CopyGate>) {
     (Arc::new(dev), gate)
 }
 
+/// A unified gated host device and an engine on a 1 MiB pattern source that writes into it.
+fn gated_engine() -> (Arc<HostDevice>, Arc<CopyGate>, Arc<dyn Device>, Engine) {
+    let (dev, gate) = gated(true);
+    let device: Arc<dyn Device> = dev.clone();
+    let engine = Engine::new(
+        Arc::new(PatternSource::new(1 << 20, SEED)),
+        Arc::clone(&device),
+        cfg(2, 64 * KIB),
+    )
+    .unwrap();
+    (dev, gate, device, engine)
+}
+
 /// Opens the gate from another thread once the copy thread waits at it.
 fn open_when_held(gate: &Arc<CopyGate>) -> thread::JoinHandle<()> {
     let g = Arc::clone(gate);
@@ -112,14 +125,7 @@ fn copies_run_in_issue_order_and_keep_their_destination_alive() {
 /// request was accepted and raced the copy thread on the same bytes).
 #[test]
 fn a_queued_copy_leases_its_destination_until_it_ran() {
-    let (dev, gate) = gated(true);
-    let device: Arc<dyn Device> = dev.clone();
-    let engine = Engine::new(
-        Arc::new(PatternSource::new(1 << 20, SEED)),
-        Arc::clone(&device),
-        cfg(2, 64 * KIB),
-    )
-    .unwrap();
+    let (dev, gate, device, engine) = gated_engine();
     let dst = Arc::new(dev.alloc(8192).unwrap());
     let mut pin = dev.alloc_pinned(4096).unwrap();
     pin.as_mut_slice().unwrap().fill(7);
@@ -160,14 +166,7 @@ fn a_queued_copy_leases_its_destination_until_it_ran() {
 /// bytes while the read is queued behind the gate is refused, not raced.
 #[test]
 fn a_read_back_leases_its_range_until_it_returns() {
-    let (dev, gate) = gated(true);
-    let device: Arc<dyn Device> = dev.clone();
-    let engine = Engine::new(
-        Arc::new(PatternSource::new(1 << 20, SEED)),
-        Arc::clone(&device),
-        cfg(2, 64 * KIB),
-    )
-    .unwrap();
+    let (dev, gate, device, engine) = gated_engine();
     let dst = Arc::new(dev.alloc(4096).unwrap());
     let reader = {
         let (dev, dst) = (Arc::clone(&dev), Arc::clone(&dst));
