@@ -149,7 +149,7 @@ for s in "${SKIP[@]}"; do
     fi
 done
 
-exe_timeout=${WINE_TEST_TIMEOUT:-300}
+exe_timeout=${WINE_TEST_TIMEOUT:-600}
 # Test executables run from a directory on Wine's Z: drive (they take Linux paths from
 # CARGO_BIN_EXE_ds4 and cargo's target/tmp; Wine resolves those).
 cd "$scratch"

@@ -82,6 +82,7 @@ fn direct_off_never_opens_the_unbuffered_handle() {
         OpenConfig {
             direct: false,
             drop_cache: false,
+            use_cache: false,
         },
     )
     .unwrap();

@@ -180,7 +180,13 @@ impl SharedFile {
             file,
             event,
             direct,
-            stats: HandleStats::default(),
+            stats: HandleStats {
+                cache_probe: "none",
+                cache_probe_note: (cfg.direct && cfg.use_cache).then(|| {
+                    "no page-cache probe on Windows yet: aligned reads go unbuffered".to_string()
+                }),
+                ..HandleStats::default()
+            },
         }))
     }
 
@@ -456,6 +462,7 @@ mod tests {
         let cfg = OpenConfig {
             direct: true,
             drop_cache: false,
+            use_cache: false,
         };
         // Built by hand (as open_handle does) so the test can set the alignment.
         assert!(cfg.direct);
