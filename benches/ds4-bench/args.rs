@@ -42,6 +42,9 @@ pub enum CaseArg {
     Fio,
     /// `ds4 cat`'s exact path: its engine and request loop (seq pattern only).
     Cat,
+    /// The link's ceiling: pinned host memory copied to device memory by the backend (4 × 64 MiB
+    /// buffers round robin, the plan's bytes); no file read. The "pinned copy ceiling" on a GPU.
+    Copy,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -133,6 +136,11 @@ pub struct IoArgs {
     /// name ending in .png also writes FILE.svg and renders it with rsvg-convert.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Device backend of the engine cases (and `copy`): host, cuda, hip, or auto (the first
+    /// GPU backend present, else host). On a GPU, `engine` is staged (pinned ring + async
+    /// copies) and `engine-host` is unified mode (mapped pinned memory the reader fills).
+    #[arg(long, default_value = "host")]
+    pub backend: ds4_stream::device::BackendArg,
     /// Machine name written in every row. [default: hostname (N cpus)]
     #[arg(long)]
     pub machine: Option<String>,

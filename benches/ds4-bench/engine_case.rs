@@ -18,19 +18,26 @@
 use super::plan::Plan;
 use super::threads::{Clock, RunOut};
 use super::BenchError;
-use ds4_stream::device::{Device, DeviceBuffer, HostConfig, HostDevice, PINNED_ALIGN};
+use ds4_stream::device::{
+    BackendArg, Device, DeviceBuffer, DeviceError, OpenOptions, PinnedBuf, PINNED_ALIGN,
+};
 use ds4_stream::engine::{Engine, EngineConfig, EngineError, ReadRequest, StatsSnapshot};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Bytes of the pinned buffer used to poison the destination between runs.
 const POISON_BYTES: usize = 16 << 20;
+
+/// Size of each of the `copy` case's pinned buffers (4 of them, round robin).
+pub const COPY_BYTES: usize = 64 << 20;
 
 /// One engine destination (staged or host-visible) and its device.
 pub struct EngineBench {
     device: Arc<dyn Device>,
     dest: Arc<DeviceBuffer>,
     host_visible: bool,
+    /// The `copy` case's pinned buffers, allocated on first use (pinning is slow).
+    copy_bufs: Mutex<Vec<PinnedBuf>>,
 }
 
 /// Engine knobs swept or fixed by the benchmark.
@@ -49,21 +56,24 @@ fn engine_err(e: EngineError) -> BenchError {
     }
 }
 
-fn device_err(what: &str, e: ds4_stream::device::DeviceError) -> BenchError {
+fn device_err(what: &str, e: DeviceError) -> BenchError {
     BenchError::Runtime(format!("{what}: {e}"))
 }
 
 impl EngineBench {
-    /// A host device (staged when `host_visible` is false) with `dest_len` bytes of device
-    /// memory.
-    pub fn new(host_visible: bool, dest_len: u64) -> Result<EngineBench, BenchError> {
-        let device: Arc<dyn Device> = Arc::new(
-            HostDevice::new(HostConfig {
-                host_visible,
-                ..HostConfig::default()
+    /// A device of `backend` (staged when `host_visible` is false, unified mode when true)
+    /// with `dest_len` bytes of device memory.
+    pub fn new(
+        backend: BackendArg,
+        host_visible: bool,
+        dest_len: u64,
+    ) -> Result<EngineBench, BenchError> {
+        let device = backend
+            .open(OpenOptions {
+                ordinal: 0,
+                unified: Some(host_visible),
             })
-            .map_err(|e| device_err("starting the host device", e))?,
-        );
+            .map_err(|e| device_err(&format!("opening the {backend} device"), e))?;
         let len = usize::try_from(dest_len)
             .map_err(|_| BenchError::usage(format!("destination of {dest_len} bytes too large")))?;
         let dest = Arc::new(
@@ -75,10 +85,65 @@ impl EngineBench {
             device,
             dest,
             host_visible,
+            copy_bufs: Mutex::new(Vec::new()),
         })
     }
 
-    /// The case name in rows.
+    /// The device's name (for the log and rows).
+    pub fn device_name(&self) -> String {
+        self.device.name()
+    }
+
+    /// The `copy` case: the plan's bytes copied from 4 pinned buffers of [`COPY_BYTES`] (round
+    /// robin, so a buffer is reused only after its previous copy) into the destination ring.
+    /// What a reader could reach at best if reading cost nothing.
+    pub fn copy_ceiling(&self, plan: &Plan) -> Result<RunOut, BenchError> {
+        let mut bufs = self.copy_bufs.lock().unwrap_or_else(|p| p.into_inner());
+        while bufs.len() < 4 {
+            let b = self
+                .device
+                .alloc_pinned(COPY_BYTES)
+                .map_err(|e| device_err("allocating the copy buffers", e))?;
+            bufs.push(b);
+        }
+        let ring = self.dest.len().min(plan.dest_len.max(1) as usize);
+        let per = COPY_BYTES.min(ring);
+        let clock = Clock::start();
+        let (mut done, mut at, mut i) = (0u64, 0usize, 0usize);
+        while done < plan.bytes {
+            let n = per.min((plan.bytes - done) as usize);
+            if at + n > ring {
+                at = 0;
+            }
+            let mut r = self
+                .device
+                .copy_h2d_async(&mut bufs[i % 4], 0, &self.dest, at, n);
+            if matches!(r, Err(DeviceError::Busy { .. })) {
+                // A small ring: an earlier copy still holds this range. Let them all land.
+                for b in bufs.iter_mut() {
+                    b.wait().map_err(|e| device_err("copy ceiling", e))?;
+                }
+                r = self
+                    .device
+                    .copy_h2d_async(&mut bufs[i % 4], 0, &self.dest, at, n);
+            }
+            r.map_err(|e| device_err("copy ceiling", e))?;
+            done += n as u64;
+            at += n;
+            i += 1;
+        }
+        self.device
+            .synchronize()
+            .map_err(|e| device_err("copy ceiling", e))?;
+        let (elapsed, cpu_secs) = clock.stop();
+        Ok(RunOut {
+            elapsed,
+            direct_fraction: None,
+            cpu_secs,
+        })
+    }
+
+    /// The case name in rows (verification messages).
     pub fn name(&self) -> &'static str {
         if self.host_visible {
             "engine-host"

@@ -147,6 +147,8 @@ enum Case {
     CLoad {
         direct: bool,
     },
+    /// Pinned → device copies only (the link's ceiling), through the staged engine's device.
+    Copy,
 }
 
 impl Case {
@@ -161,6 +163,7 @@ impl Case {
             Case::CStream => "c-stream",
             Case::Mmap => "mmap",
             Case::CLoad { .. } => "c-load",
+            Case::Copy => "copy",
         }
     }
 
@@ -201,6 +204,7 @@ impl Case {
             Case::CStream => (18, u64::MAX, false),
             Case::Mmap => (1, 0, false),
             Case::CLoad { direct } => (1, baselines::C_LOAD_SLOT_BYTES, direct),
+            Case::Copy => (1, super::engine_case::COPY_BYTES as u64, false),
         }
     }
 }
@@ -379,7 +383,11 @@ impl Ctx<'_> {
                 };
                 let eb = match slot.take() {
                     Some(eb) => eb,
-                    None => EngineBench::new(host, self.dest.len())?,
+                    None => {
+                        let eb = EngineBench::new(self.args.backend, host, self.dest.len())?;
+                        self.log(&format!("  {} device: {}", eb.name(), eb.device_name()));
+                        eb
+                    }
                 };
                 let r = self.run_engine_once(&eb, plan, workers, chunk, direct, m);
                 if host {
@@ -388,6 +396,19 @@ impl Ctx<'_> {
                     self.engine_staged = Some(eb);
                 }
                 r?
+            }
+            Case::Copy => {
+                let eb = match self.engine_staged.take() {
+                    Some(eb) => eb,
+                    None => EngineBench::new(self.args.backend, false, self.dest.len())?,
+                };
+                let r = eb.copy_ceiling(plan);
+                self.engine_staged = Some(eb);
+                let mut out = r?;
+                out.direct_fraction = None;
+                m.times.push(out.elapsed.as_secs_f64());
+                m.cache = "none (no file read)".into();
+                return Ok(out.elapsed.as_secs_f64());
             }
             Case::Threads {
                 workers,
@@ -692,6 +713,9 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
             }
             if has(CaseArg::Cat) && plan.pattern == Pattern::Seq {
                 cases.push(Case::Cat);
+            }
+            if has(CaseArg::Copy) && mode == Mode::Hot {
+                cases.push(Case::Copy);
             }
             if fio_version.is_some() && has(CaseArg::Fio) && mode == Mode::Cold {
                 // The disk's ceiling: the best of several fio configurations, not one.

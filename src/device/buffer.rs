@@ -77,6 +77,11 @@ pub unsafe trait PinnedMemory: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The backend that pinned this memory (a GPU backend refuses to copy from memory it did
+    /// not pin: the driver would silently turn the async copy into a synchronous bounce).
+    fn backend(&self) -> BackendKind {
+        BackendKind::Host
+    }
 }
 
 /// Copy errors that nobody could receive: a [`PinnedBuf`] dropped while its last copy failed
@@ -148,6 +153,11 @@ impl PinnedBuf {
 
     pub fn is_empty(&self) -> bool {
         self.mem.len() == 0
+    }
+
+    /// The backend that pinned this memory.
+    pub fn backend(&self) -> BackendKind {
+        self.mem.backend()
     }
 
     /// Mutable host access; waits for the last copy first. A failed copy is reported once here

@@ -18,9 +18,13 @@
 //!
 //! Limits: one stream per device (one copy engine saturates PCIe, see TARGETS.md); only
 //! host-to-device copies are asynchronous, device-to-host reads are synchronous (tests, `cat`).
-//! Only `host` is implemented today; [`BackendKind`] reserves `cuda` and `hip`.
+//! Backends: `host` (always), `cuda` (feature `cuda`), `hip` (feature `hip`, in progress).
 
 pub mod buffer;
+#[cfg(feature = "cuda")]
+mod completion;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod host;
 
 pub use buffer::{
@@ -53,7 +57,7 @@ pub enum DeviceError {
         code: i64,
         detail: String,
     },
-    #[error("this build of ds4-stream has no {0} backend (only host is implemented so far)")]
+    #[error("this build of ds4-stream has no {0} backend (rebuild with `--features {0}`)")]
     NotCompiled(BackendKind),
     #[error("range {offset}+{len} is outside a {what} of {size} bytes")]
     OutOfRange {
@@ -87,9 +91,9 @@ pub enum DeviceError {
 pub enum BackendKind {
     /// CPU: device memory is host memory, copies run on a copy thread.
     Host,
-    /// NVIDIA through cudarc (not implemented yet).
+    /// NVIDIA through cudarc (feature `cuda`).
     Cuda,
-    /// AMD through hip-sys (not implemented yet).
+    /// AMD through hip-sys (feature `hip`).
     Hip,
 }
 
@@ -102,11 +106,87 @@ impl BackendKind {
         }
     }
 
-    /// Opens the default device of this backend, or says why it cannot.
+    /// Opens the default device of this backend (ordinal 0, its own memory mode).
     pub fn open_default(self) -> Result<Arc<dyn Device>, DeviceError> {
+        self.open(OpenOptions::default())
+    }
+}
+
+/// How to open a device: which one, and in which memory mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// GPU ordinal (0 = the first).
+    pub ordinal: usize,
+    /// Unified mode (the engine reads files straight into device memory): `None` = what the
+    /// device is (integrated GPU, host backend: on); `Some(true)` forces it on a discrete GPU
+    /// (mapped pinned memory), `Some(false)` turns it off (host backend: emulated discrete GPU).
+    pub unified: Option<bool>,
+}
+
+impl BackendKind {
+    /// Opens device `opts.ordinal` of this backend, or says why it cannot.
+    pub fn open(self, opts: OpenOptions) -> Result<Arc<dyn Device>, DeviceError> {
         match self {
-            BackendKind::Host => Ok(Arc::new(HostDevice::new(HostConfig::default())?)),
-            BackendKind::Cuda | BackendKind::Hip => Err(DeviceError::NotCompiled(self)),
+            BackendKind::Host => Ok(Arc::new(HostDevice::new(HostConfig {
+                host_visible: opts.unified.unwrap_or(true),
+                ..HostConfig::default()
+            })?)),
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => Ok(Arc::new(cuda::CudaDevice::new(cuda::CudaConfig {
+                ordinal: opts.ordinal,
+                unified: opts.unified,
+            })?)),
+            #[cfg(not(feature = "cuda"))]
+            BackendKind::Cuda => Err(DeviceError::NotCompiled(self)),
+            BackendKind::Hip => Err(DeviceError::NotCompiled(self)),
+        }
+    }
+}
+
+/// What a `--backend` flag asks for: one backend, or `auto` (the first GPU backend compiled
+/// in whose device is present, else host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendArg {
+    Kind(BackendKind),
+    Auto,
+}
+
+impl BackendArg {
+    /// Opens the device; for `auto`, also says which backends were passed over and why.
+    pub fn open(self, opts: OpenOptions) -> Result<Arc<dyn Device>, DeviceError> {
+        match self {
+            BackendArg::Kind(k) => k.open(opts),
+            BackendArg::Auto => {
+                for k in [BackendKind::Cuda, BackendKind::Hip] {
+                    match k.open(opts) {
+                        Ok(d) => return Ok(d),
+                        Err(DeviceError::NotCompiled(_) | DeviceError::NoDevice { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                BackendKind::Host.open(opts)
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for BackendArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(BackendArg::Auto);
+        }
+        s.parse::<BackendKind>()
+            .map(BackendArg::Kind)
+            .map_err(|_| format!("unknown backend {s:?} (expected host, cuda, hip or auto)"))
+    }
+}
+
+impl fmt::Display for BackendArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BackendArg::Kind(k) => k.fmt(f),
+            BackendArg::Auto => f.write_str("auto"),
         }
     }
 }
@@ -149,7 +229,7 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Slow on GPUs (pinning runs at ~1 GB/s): allocate once, reuse.
     fn alloc_pinned(&self, len: usize) -> Result<PinnedBuf, DeviceError>;
 
-    /// Allocates `len` bytes of device memory (zeroed on the host backend; unspecified on GPUs).
+    /// Allocates `len` bytes of device memory, zeroed.
     fn alloc(&self, len: usize) -> Result<DeviceBuffer, DeviceError>;
 
     /// Queues a copy of `src[src_offset..src_offset + len]` to `dst[dst_offset..]` on the
@@ -197,6 +277,19 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Waits until every queued copy has finished. Returns the first error of a copy whose
     /// staging buffer was dropped without waiting (kept in the device's [`DeferredErrors`]).
     fn synchronize(&self) -> Result<(), DeviceError>;
+
+    /// Free and total device memory, where the backend can say (GPUs); `None` for the host
+    /// backend, whose "device memory" is the process heap.
+    fn memory_info(&self) -> Result<Option<MemInfo>, DeviceError> {
+        Ok(None)
+    }
+}
+
+/// Device memory as the driver reports it (bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MemInfo {
+    pub free: u64,
+    pub total: u64,
 }
 
 /// Checks `offset + len <= size` without overflow.

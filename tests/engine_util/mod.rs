@@ -37,12 +37,48 @@ pub fn discrete(delay: Duration) -> Arc<dyn Device> {
     Arc::new(HostDevice::discrete(delay).expect("host device starts"))
 }
 
-/// Both kinds of host device, named.
+/// Both kinds of host device, named, then every GPU device this build and machine have (see
+/// [`gpu_devices`]).
 pub fn devices() -> Vec<(&'static str, Arc<dyn Device>)> {
-    vec![
+    let mut v: Vec<(&'static str, Arc<dyn Device>)> = vec![
         ("unified", unified()),
         ("discrete", discrete(Duration::ZERO)),
-    ]
+    ];
+    v.extend(gpu_devices());
+    v
+}
+
+/// The GPU devices of the backends compiled in: CUDA staged and CUDA forced unified (mapped
+/// pinned memory). A backend whose device is absent is skipped with a note on stderr, unless
+/// `DS4_GPU_TESTS` names it (`cuda`, `hip`, comma-separated): then absence fails the test, so
+/// a GPU machine run cannot pass by skipping.
+pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
+    #[allow(unused_mut)]
+    let mut v: Vec<(&'static str, Arc<dyn Device>)> = Vec::new();
+    #[cfg(feature = "cuda")]
+    {
+        use ds4_stream::device::cuda::{CudaConfig, CudaDevice};
+        for (name, unified) in [("cuda", false), ("cuda-unified", true)] {
+            let cfg = CudaConfig {
+                ordinal: 0,
+                unified: Some(unified),
+            };
+            match CudaDevice::new(cfg) {
+                Ok(d) => v.push((name, Arc::new(d) as Arc<dyn Device>)),
+                Err(e) => skip_or_fail("cuda", &e.to_string()),
+            }
+        }
+    }
+    v
+}
+
+/// Notes a missing GPU backend, or fails when `DS4_GPU_TESTS` demands it.
+pub fn skip_or_fail(backend: &str, why: &str) {
+    let wanted = std::env::var("DS4_GPU_TESTS").unwrap_or_default();
+    if wanted.split(',').any(|b| b.trim() == backend) {
+        panic!("DS4_GPU_TESTS asks for {backend}, which cannot start: {why}");
+    }
+    eprintln!("note: {backend} tests skipped: {why}");
 }
 
 pub fn pattern_engine(len: u64, device: Arc<dyn Device>, cfg: EngineConfig) -> Engine {
