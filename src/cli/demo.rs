@@ -5,11 +5,12 @@
 //!
 //! Limits, stated in its output too: routing is synthetic (6 distinct experts per layer drawn from
 //! a seeded hash, not a router), there is no expert cache yet (every expert of every token is
-//! streamed), and the device is the host backend emulating a discrete GPU (staging ring + copy
-//! thread), so the numbers show the SSD/page-cache side of the path, not a GPU's.
+//! streamed). The device is `--backend` (default: the host backend emulating a discrete GPU with
+//! a staging ring and a copy thread, so the numbers show the SSD/page-cache side of the path;
+//! `--backend cuda` streams into a real GPU's memory and reads it back to verify).
 
 use super::{chain, CliError, CliResult};
-use crate::device::{Device, HostConfig, HostDevice};
+use crate::device::{BackendArg, BackendKind, Device, OpenOptions};
 use crate::engine::{Engine, EngineConfig, ReadRequest};
 use crate::generate::{FillPlan, Generator, Options, Scale, Shape, FILL_KEY};
 use crate::gguf::{GgmlType, GgufFile};
@@ -40,6 +41,14 @@ pub struct Args {
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Device the experts stream to: host (a discrete GPU emulated on the CPU: staging ring +
+    /// copy thread), cuda, hip, or auto (the first GPU present, else host).
+    #[arg(long, default_value = "host")]
+    pub backend: BackendArg,
+    /// Unified mode: the reader fills device memory directly (mapped pinned memory on a GPU,
+    /// host-visible memory on the host backend). Default: on for integrated GPUs only.
+    #[arg(long)]
+    pub unified: bool,
 }
 
 /// Most simulated tokens: the run keeps one latency per layer and token.
@@ -177,15 +186,31 @@ pub fn run(a: Args) -> CliResult {
         return Ok(());
     }
 
-    // A discrete-GPU emulation: device memory is not host-visible, so every byte goes through
-    // the pinned staging ring and the copy thread, as on a GPU.
-    let device: Arc<dyn Device> = Arc::new(
-        HostDevice::new(HostConfig {
-            host_visible: false,
-            ..HostConfig::default()
+    // On the host backend, by default a discrete-GPU emulation: device memory is not
+    // host-visible, so every byte goes through the pinned staging ring and the copy thread.
+    let unified = match (a.unified, a.backend) {
+        (true, _) => Some(true),
+        (false, BackendArg::Kind(BackendKind::Host)) => Some(false),
+        (false, _) => None,
+    };
+    let device: Arc<dyn Device> = a
+        .backend
+        .open(OpenOptions {
+            ordinal: 0,
+            unified,
         })
-        .map_err(|e| CliError::runtime(super::chain(&e)))?,
-    );
+        .map_err(|e| CliError::runtime(super::chain(&e)))?;
+    // `auto` that fell back to the host: the discrete emulation unless --unified.
+    let device = if device.kind() == BackendKind::Host && device.unified_memory() && !a.unified {
+        BackendKind::Host
+            .open(OpenOptions {
+                ordinal: 0,
+                unified: Some(false),
+            })
+            .map_err(|e| CliError::runtime(super::chain(&e)))?
+    } else {
+        device
+    };
     let cfg = EngineConfig {
         workers: a.workers,
         ..EngineConfig::default()
@@ -339,10 +364,16 @@ pub fn run(a: Args) -> CliResult {
                 "verified {verified} bytes against the generator: all correct"
             );
         }
+        let mode = match (device.kind(), device.unified_memory()) {
+            (BackendKind::Host, false) => "the host backend emulating a discrete GPU",
+            (BackendKind::Host, true) => "the host backend reading straight into memory",
+            (_, false) => "staged: pinned ring + async copies",
+            (_, true) => "unified: the reader fills mapped device memory",
+        };
         let _ = writeln!(
             t,
-            "note: synthetic routing, no expert cache yet (every expert streamed), host backend \
-             emulating a discrete GPU ({})",
+            "note: synthetic routing, no expert cache yet (every expert streamed); device: {} \
+             ({mode})",
             device.name()
         );
         super::out(&t)?;
