@@ -30,3 +30,6 @@ pub use quant::{dequantize_row, is_supported, matvec, q8_0_to_f16, row_bytes};
 /// The CUDA / HIP source of the same kernels (common subset; compile with NVRTC or hipRTC).
 /// kernels/README.md documents each kernel's launch shape.
 pub const DS4_KERNELS_CU: &str = include_str!("../../kernels/ds4_kernels.cu");
+
+#[cfg(test)]
+mod kernel_source_tests;

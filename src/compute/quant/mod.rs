@@ -23,7 +23,7 @@ use crate::gguf::GgmlType;
 
 // The tables are checked by the unit tests and against the copy in kernels/ds4_kernels.cu.
 #[cfg(test)]
-use iq2_xxs::{GRID as IQ2XXS_GRID, KSIGNS as IQ2XXS_KSIGNS};
+pub(crate) use iq2_xxs::{GRID as IQ2XXS_GRID, KSIGNS as IQ2XXS_KSIGNS};
 
 /// Largest block (values): the stack buffer of one group.
 const MAX_GROUP: usize = 256;
