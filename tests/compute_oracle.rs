@@ -35,7 +35,10 @@ fn generate(dir: &Path, seed: u64) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     let m: Value = serde_json::from_slice(&out.stdout).expect("manifest is JSON");
-    assert_eq!(m["gguf_version"], "0.19.0", "the oracle must be gguf-py 0.19.0");
+    assert_eq!(
+        m["gguf_version"], "0.19.0",
+        "the oracle must be gguf-py 0.19.0"
+    );
     m
 }
 
@@ -136,7 +139,10 @@ fn matvec_is_within_the_rounding_bound_of_float64() {
                 y64[r],
                 abs64[r]
             );
-            assert!(abs64[r] > 0.0, "{name} row {r}: an all-zero row proves nothing");
+            assert!(
+                abs64[r] > 0.0,
+                "{name} row {r}: an all-zero row proves nothing"
+            );
             worst = worst.max(err / abs64[r]);
         }
         eprintln!("{name}: worst error / Σ|w·x| = {worst:.2e} (bound {bound:.2e})");
@@ -174,7 +180,12 @@ fn f32_to_f16_rounds_like_numpy() {
     assert!(input.len() > 190_000);
     for (f, r) in input.iter().zip(&want) {
         let g = f32_to_f16(*f);
-        assert_eq!(g, *r, "{f:e} ({:#010x}): ours {g:#06x}, numpy {r:#06x}", f.to_bits());
+        assert_eq!(
+            g,
+            *r,
+            "{f:e} ({:#010x}): ours {g:#06x}, numpy {r:#06x}",
+            f.to_bits()
+        );
     }
 }
 
@@ -193,7 +204,10 @@ fn expert_ffn_matches_float64() {
     let dir = tempfile::tempdir().unwrap();
     let m = generate(dir.path(), 5);
     let f = &m["ffn"];
-    let (e, ff) = (f["e"].as_u64().unwrap() as usize, f["ff"].as_u64().unwrap() as usize);
+    let (e, ff) = (
+        f["e"].as_u64().unwrap() as usize,
+        f["ff"].as_u64().unwrap() as usize,
+    );
     let clamp = f["clamp"].as_f64().unwrap() as f32;
     // The clamp must bite on both sides, or this would not test it.
     assert!(f["clamped_gate"].as_u64().unwrap() > 10, "{f}");

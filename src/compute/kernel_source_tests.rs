@@ -20,7 +20,9 @@ const KERNELS: [&str; 10] = [
 
 #[test]
 fn kernel_grid_matches_the_host_grid() {
-    let start = DS4_KERNELS_CU.find("// grid begin").expect("grid begin marker");
+    let start = DS4_KERNELS_CU
+        .find("// grid begin")
+        .expect("grid begin marker");
     let end = DS4_KERNELS_CU.find("// grid end").expect("grid end marker");
     let values: Vec<u64> = DS4_KERNELS_CU[start + "// grid begin".len()..end]
         .split(',')
@@ -48,7 +50,10 @@ fn kernel_source_is_self_contained_and_complete() {
             DS4_KERNELS_CU.contains(&format!("extern \"C\" __global__ void {k}(")),
             "{k} is not defined"
         );
-        assert!(readme.contains(k), "kernels/README.md does not document {k}");
+        assert!(
+            readme.contains(k),
+            "kernels/README.md does not document {k}"
+        );
     }
     assert_eq!(
         DS4_KERNELS_CU.matches("extern \"C\" __global__").count(),

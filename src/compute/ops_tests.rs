@@ -28,7 +28,11 @@ fn rms_norm_matches_the_formula() {
     assert_eq!(out, [0.5, 0.5]);
     assert!(matches!(
         rms_norm(&x, &w[..1], 0.0, &mut out),
-        Err(ComputeError::Length { expected: 2, actual: 1, .. })
+        Err(ComputeError::Length {
+            expected: 2,
+            actual: 1,
+            ..
+        })
     ));
 }
 

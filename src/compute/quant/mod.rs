@@ -30,12 +30,15 @@ const MAX_GROUP: usize = 256;
 /// Group size of the plain types (F32, F16) in `matvec`.
 const PLAIN_GROUP: usize = 32;
 
+/// Decodes one block (`block bytes` in, `block elems` out).
+type BlockFn = fn(&[u8], &mut [f32]);
+
 /// How one type is laid out and decoded.
 #[derive(Clone, Copy)]
 struct Format {
     elems: usize,
     bytes: usize,
-    block: fn(&[u8], &mut [f32]),
+    block: BlockFn,
 }
 
 fn f32_block(b: &[u8], out: &mut [f32]) {
@@ -47,7 +50,7 @@ fn f16_block(b: &[u8], out: &mut [f32]) {
 }
 
 fn format(ty: GgmlType) -> Result<Format, ComputeError> {
-    let (elems, bytes, block): (usize, usize, fn(&[u8], &mut [f32])) = match ty {
+    let (elems, bytes, block): (usize, usize, BlockFn) = match ty {
         GgmlType::F32 => (1, 4, f32_block),
         GgmlType::F16 => (1, 2, f16_block),
         GgmlType::Q8_0 => (q8_0::ELEMS, q8_0::BYTES, q8_0::dequantize_block),
@@ -115,7 +118,10 @@ fn check_len(what: &'static str, expected: usize, actual: usize) -> Result<(), C
 
 /// Decodes whole blocks; lengths already checked.
 fn decode(f: Format, bytes: &[u8], out: &mut [f32]) {
-    for (b, o) in bytes.chunks_exact(f.bytes).zip(out.chunks_exact_mut(f.elems)) {
+    for (b, o) in bytes
+        .chunks_exact(f.bytes)
+        .zip(out.chunks_exact_mut(f.elems))
+    {
         (f.block)(b, o);
     }
 }
@@ -178,7 +184,10 @@ pub fn q8_0_to_f16(bytes: &[u8], out: &mut [u16]) -> Result<(), ComputeError> {
     let n = values_in(ty, f, bytes.len())?;
     check_len("q8_0_to_f16 output", n, out.len())?;
     let mut buf = [0f32; q8_0::ELEMS];
-    for (b, o) in bytes.chunks_exact(f.bytes).zip(out.chunks_exact_mut(f.elems)) {
+    for (b, o) in bytes
+        .chunks_exact(f.bytes)
+        .zip(out.chunks_exact_mut(f.elems))
+    {
         q8_0::dequantize_block(b, &mut buf);
         for (h, &v) in o.iter_mut().zip(&buf) {
             *h = f32_to_f16(v);

@@ -104,7 +104,11 @@ fn matvec_matches_a_plain_dot() {
         let exact: f64 = (0..40)
             .map(|c| f64::from(w[r * 40 + c]) * f64::from(x[c]))
             .sum();
-        assert!((f64::from(y[r]) - exact).abs() < 1e-5, "{} vs {exact}", y[r]);
+        assert!(
+            (f64::from(y[r]) - exact).abs() < 1e-5,
+            "{} vs {exact}",
+            y[r]
+        );
     }
     // F16: the same through f16 bits.
     let h: Vec<u8> = w.iter().flat_map(|&v| f16(v)).collect();
@@ -126,7 +130,11 @@ fn bad_input_is_a_typed_error() {
     );
     assert!(matches!(
         dequantize_row(GgmlType::Q8_0, &[0; 34], &mut out[..31]),
-        Err(ComputeError::Length { expected: 32, actual: 31, .. })
+        Err(ComputeError::Length {
+            expected: 32,
+            actual: 31,
+            ..
+        })
     ));
     assert_eq!(
         dequantize_row(GgmlType::Q6_K, &[0; 210], &mut [0f32; 256]),
@@ -146,15 +154,27 @@ fn bad_input_is_a_typed_error() {
     );
     assert!(matches!(
         matvec(GgmlType::Q2_K, &[0; 167], 2, 256, &x, &mut y),
-        Err(ComputeError::Length { expected: 168, actual: 167, .. })
+        Err(ComputeError::Length {
+            expected: 168,
+            actual: 167,
+            ..
+        })
     ));
     assert!(matches!(
         matvec(GgmlType::Q2_K, &[0; 168], 2, 256, &x[..128], &mut y),
-        Err(ComputeError::Length { expected: 256, actual: 128, .. })
+        Err(ComputeError::Length {
+            expected: 256,
+            actual: 128,
+            ..
+        })
     ));
     assert!(matches!(
         matvec(GgmlType::Q2_K, &[0; 168], 2, 256, &x, &mut y[..1]),
-        Err(ComputeError::Length { expected: 2, actual: 1, .. })
+        Err(ComputeError::Length {
+            expected: 2,
+            actual: 1,
+            ..
+        })
     ));
     assert!(matches!(
         matvec(GgmlType::Q8_0, &[], usize::MAX, 64, &x[..64], &mut y),
