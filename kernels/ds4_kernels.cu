@@ -5,7 +5,7 @@
 // (f16 <-> f32 by hand from bits), no warp shuffles (warp size differs: 32 vs 64), no CUDA-only
 // intrinsics. Used: __global__/__device__/__shared__/__constant__, threadIdx/blockIdx/blockDim,
 // __syncthreads, expf, log1pf, fabsf, fmaxf, fminf, __uint_as_float, __float_as_uint,
-// __fmul_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn (all documented for both).
+// __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn (all documented for both).
 //
 // Numerics: dequantisation uses __fmul_rn / __fsub_rn, so no multiply-add contraction can
 // change a weight: every dequantised weight has the host's (= gguf-py's) bits. Dot products and
