@@ -12,6 +12,7 @@
 
 #[cfg(feature = "tools")]
 pub mod cli;
+pub mod compute;
 pub mod device;
 pub mod engine;
 pub mod generate;
