@@ -19,6 +19,9 @@
 //! Limits: one stream per device; device-to-host reads are synchronous (tests, `cat`).
 
 mod api;
+mod kernels;
+
+pub use kernels::CudaCompute;
 
 use super::buffer::{
     DeferredErrors, DeviceBuffer, DeviceMemory, PinnedBuf, PinnedMemory, WriteLease,
@@ -30,7 +33,7 @@ use cudarc::driver::sys::{self, CUresult};
 use std::alloc::Layout;
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Settings of a [`CudaDevice`].
 #[derive(Clone, Debug, Default)]
@@ -47,6 +50,8 @@ pub struct CudaDevice {
     // Drop order: the completion thread first (it waits for every queued copy), then the
     // stream, then the context.
     done: Completer,
+    /// The kernels and their stream, made on first use (NVRTC compile).
+    compute: OnceLock<CudaCompute>,
     stream: Stream,
     ctx: Arc<Ctx>,
     deferred: Arc<DeferredErrors>,
@@ -89,6 +94,7 @@ impl CudaDevice {
         let name = format!("{} (CUDA {})", ctx.name(), cfg.ordinal);
         Ok(Self {
             done,
+            compute: OnceLock::new(),
             stream,
             ctx,
             deferred: Arc::default(),
@@ -485,7 +491,8 @@ impl Device for CudaDevice {
         check_range(offset, dst.len(), src.len(), "device buffer")?;
         let _lease = src.lease_read(offset, dst.len())?;
         let mem = self.ours(src)?;
-        // After every copy queued before: they are on the stream.
+        // After every copy and kernel queued before.
+        self.synchronize_compute()?;
         self.stream.synchronize()?;
         if dst.is_empty() {
             return Ok(());
@@ -510,6 +517,7 @@ impl Device for CudaDevice {
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {
+        self.synchronize_compute()?;
         self.stream.synchronize()?;
         self.done.drain();
         self.deferred.take()
