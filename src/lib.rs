@@ -14,6 +14,7 @@
 pub mod cli;
 pub mod device;
 pub mod engine;
+pub mod expert_cache;
 pub mod generate;
 pub mod gguf;
 pub mod model;
