@@ -15,6 +15,7 @@ pub mod cli;
 pub mod compute;
 pub mod device;
 pub mod engine;
+pub mod expert_cache;
 pub mod generate;
 pub mod gguf;
 pub mod model;
