@@ -13,6 +13,7 @@
 #[cfg(feature = "tools")]
 pub mod cli;
 pub mod compute;
+pub mod decode;
 pub mod device;
 pub mod engine;
 pub mod expert_cache;

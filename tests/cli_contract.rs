@@ -1,8 +1,8 @@
 //! The command-line contract of every binary, checked on the built executables as a hostile
 //! user would probe them: exit 0 ok, 1 runtime error, 2 usage error or bad input; on failure
 //! exactly one `ds4: error: …` line on stderr and nothing else; never a panic (exit 101) or a
-//! signal; a closed stdout is success; malformed input fails fast with bounded memory (measured
-//! with wait4's max RSS of the child, not trusted from the program).
+//! signal; a closed stdout is success; malformed input fails fast with bounded memory (the child
+//! runs under an address-space limit, RLIMIT_AS, not trusted from the program).
 //!
 //! Linux only: the probes use Linux devices (/dev/zero, /dev/full), FIFOs, device nodes, /proc
 //! and wait4's rusage.
@@ -20,13 +20,14 @@ use std::time::{Duration, Instant};
 
 /// What one run of a binary did.
 #[derive(Debug)]
+#[allow(dead_code)] // max_rss_kib: printed with {:?} in failures
 struct Run {
     /// Exit status, or None when killed by a signal.
     code: Option<i32>,
     signal: Option<i32>,
     stdout: Vec<u8>,
     stderr: String,
-    /// Peak resident set of the child, KiB (wait4's ru_maxrss).
+    /// Peak resident set of the child, KiB (wait4's ru_maxrss; includes the test process's own peak at exec, see `quick_capped`: shown in failures, not asserted).
     max_rss_kib: i64,
     secs: f64,
 }
@@ -108,6 +109,31 @@ fn run(cmd: &mut Command, limit: Duration, stdout: Option<Stdio>) -> Run {
 
 fn quick(args: &[&str]) -> Run {
     run(&mut ds4(args), QUICK, None)
+}
+
+/// [`quick`] with the child's address space capped at `cap` bytes (RLIMIT_AS): memory
+/// proportional to a hostile claim makes the child fail to allocate (abort, not exit 2). This
+/// is the memory bound of the hostile-input tests. wait4's ru_maxrss cannot be that bound: a
+/// child spawned with vfork/posix_spawn inherits the test process's own peak RSS at exec, so it
+/// measures whatever the other tests running in this process used.
+fn quick_capped(args: &[&str], cap: u64) -> Run {
+    use std::os::unix::process::CommandExt;
+    let mut c = ds4(args);
+    // SAFETY: the closure runs in the child between fork and exec and only calls setrlimit,
+    // which is async-signal-safe; it allocates nothing.
+    unsafe {
+        c.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: cap,
+                rlim_max: cap,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    run(&mut c, QUICK, None)
 }
 
 /// Asserts a failure with `code`: one `ds4: error: ` line naming `needle`, nothing on stdout.
@@ -247,9 +273,8 @@ fn lying_tensor_count_fails_fast_with_bounded_memory() {
         let q = dir.path().join("lying.gguf");
         std::fs::write(&q, &b).unwrap();
         for args in [vec!["inspect", s(&q), "--json"], vec!["cat", s(&q), "x"]] {
-            let r = quick(&args);
+            let r = quick_capped(&args, 1 << 30);
             fails(&r, 2, "at byte");
-            assert!(r.max_rss_kib < 64 << 10, "{count}: {} KiB", r.max_rss_kib);
             assert!(r.secs < 5.0, "{count}: {} s", r.secs);
         }
     }
@@ -284,9 +309,8 @@ fn sparse_file_of_huge_strings_is_refused_with_bounded_memory() {
     }
     f.set_len(pos).unwrap();
     drop(f);
-    let r = quick(&["inspect", s(&q)]);
+    let r = quick_capped(&["inspect", s(&q)], 1 << 30);
     fails(&r, 2, "max_string_bytes");
-    assert!(r.max_rss_kib < 512 << 10, "{} KiB", r.max_rss_kib);
 }
 
 // ---- bad arguments ----
@@ -296,7 +320,7 @@ fn bad_arguments_exit_2_with_one_line() {
     let (_d, p) = tiny();
     let p = s(&p);
     let cases: &[(&[&str], &str)] = &[
-        (&[], "missing command"),
+        (&[], "--demo"), // no command: the main run, on ./ds4flash.gguf, which is not there
         (&["bogus"], "unrecognized subcommand"),
         (&["inspect"], "required"),
         (&["inspect", p, "--bogus"], "--bogus"),

@@ -154,10 +154,4 @@ pub fn cpu_seconds(children: bool) -> Option<f64> {
     }
 }
 
-/// `MemAvailable` from /proc/meminfo, in bytes (None where unknown).
-pub fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
+pub use ds4_stream::units::available_memory;

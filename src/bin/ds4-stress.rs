@@ -99,29 +99,9 @@ struct Args {
     progress: bool,
 }
 
-/// Parses `4096`, `4KiB`, `4MiB`, `2.25GiB`, `6GB` (powers of 1024 either way).
+/// A byte size flag (`4096`, `4KiB`, `6GB`): the library's parser, errors as clap text.
 fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("size {s:?} has no number"))?;
-    let mul = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1u64,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!("size {s:?}: unit must be B, KiB, MiB, GiB or TiB")),
-    };
-    let v = n * mul as f64;
-    if !(0.0..=u64::MAX as f64).contains(&v) || v.fract() != 0.0 {
-        return Err(format!("size {s:?} is not a whole number of bytes"));
-    }
-    Ok(v as u64)
+    ds4_stream::units::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

@@ -97,7 +97,12 @@ fn ensure_model(a: &Args) -> CliResult {
     if a.model.exists() {
         return Ok(());
     }
-    if let Some(dir) = a.model.parent().filter(|d| !d.as_os_str().is_empty()) {
+    generate_demo_model(&a.model, a.seed)
+}
+
+/// Writes the demo model (scale demo, `seed`) to `path`, creating its directory.
+pub(super) fn generate_demo_model(path: &std::path::Path, seed: u64) -> CliResult {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
             CliError::runtime(format!("cannot create directory {}: {e}", dir.display()))
         })?;
@@ -106,15 +111,15 @@ fn ensure_model(a: &Args) -> CliResult {
     let _ = writeln!(
         std::io::stderr(),
         "generating the demo model at {} ...",
-        a.model.display()
+        path.display()
     );
-    super::gen_model::check_out(&a.model, false)?;
+    super::gen_model::check_out(path, false)?;
     let opts = Options {
         scale: Scale::Demo,
-        seed: a.seed,
+        seed,
         ..Options::default()
     };
-    super::gen_model::write(&a.model, &opts)
+    super::gen_model::write(path, &opts)
 }
 
 /// The generator that wrote `file` (scale, seed and quant from its `ds4stream.gen.*` keys and

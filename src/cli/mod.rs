@@ -7,17 +7,21 @@ pub mod cat;
 mod demo;
 mod gen_model;
 mod inspect;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::io::Write as _;
 use std::process::ExitCode;
 
-/// Out-of-core weight streaming for DeepSeek V4 Flash GGUF files.
+/// Out-of-core weight streaming for DeepSeek V4 Flash GGUF files. Without a command, runs the
+/// MoE stack over the model's tokens (`ds4 --demo --ssd-streaming` on the generated demo model).
 #[derive(Parser, Debug)]
-#[command(name = "ds4", version, about)]
+#[command(name = "ds4", version, about, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: run::Args,
 }
 
 #[derive(Subcommand, Debug)]
@@ -133,10 +137,11 @@ pub fn main() -> ExitCode {
         }
     };
     let r = match cli.command {
-        Command::Inspect(a) => inspect::run(a),
-        Command::Cat(a) => cat::run(a),
-        Command::GenModel(a) => gen_model::run(a),
-        Command::Demo(a) => demo::run(a),
+        None => run::run(cli.run),
+        Some(Command::Inspect(a)) => inspect::run(a),
+        Some(Command::Cat(a)) => cat::run(a),
+        Some(Command::GenModel(a)) => gen_model::run(a),
+        Some(Command::Demo(a)) => demo::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

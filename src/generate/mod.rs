@@ -13,7 +13,7 @@
 //! file too.
 //! Zero blocks are valid blocks (scale 0), so a holed file still dequantizes to finite values.
 
-mod blocks;
+pub mod blocks;
 mod fill;
 mod options;
 mod shape;

@@ -1,0 +1,367 @@
+//! `ds4` with no subcommand: the MoE stack of MOE_STACK.md over a DS4 file's real weights, for
+//! a sequence of tokens, resident (every expert read first) or `--ssd-streaming` (experts
+//! through a bounded cache, misses read by the engine). Prints throughput, cache and IO
+//! figures and the SHA-256 digest of every hidden state (equal for resident and streamed runs).
+//!
+//! Limits, said in the output too: attention and hyper-connections are not computed (only the
+//! MoE half streams, and tokens are independent), and compute runs on the host's reference
+//! kernels (the GPU kernels exist but the stack is not wired to them yet).
+
+use super::{chain, CliError, CliResult};
+use crate::decode::{
+    digest_hex, ExpertProvider, MoeStack, MoeWeights, ResidentExperts, StreamedExperts, TokenTrace,
+};
+use crate::engine::{Engine, EngineConfig};
+use crate::expert_cache::PolicyKind;
+use crate::model::Ds4Model;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The main job's flags (also accepted as `ds4 run ...`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// DS4 GGUF file.
+    #[arg(
+        short = 'm',
+        long = "model",
+        default_value = "ds4flash.gguf",
+        conflicts_with = "demo"
+    )]
+    pub model: PathBuf,
+    /// Run on the demo model (generated once into the user's cache directory, then reused).
+    #[arg(long)]
+    pub demo: bool,
+    /// Stream the routed experts through a bounded expert cache instead of loading them all.
+    #[arg(long)]
+    pub ssd_streaming: bool,
+    /// Expert cache size: a number of experts, or a byte budget (`32GB`, `512MiB`: floor(bytes /
+    /// expert bytes)). Default: a quarter of the routed experts, at most what a quarter of the
+    /// available memory holds.
+    #[arg(long, value_name = "N|SIZE")]
+    pub ssd_streaming_cache_experts: Option<String>,
+    /// Cold streaming: unbuffered reads (no page cache), no preload.
+    #[arg(long)]
+    pub ssd_streaming_cold: bool,
+    /// Expert cache policy (lru, lfu-decay, or an adaptive one; default: the measured best).
+    #[arg(long)]
+    pub cache_policy: Option<String>,
+    /// Tokens to run when --tokens is not given (a seeded sequence), 1 to 1,000,000.
+    #[arg(short = 'n', default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub n_tokens: u64,
+    /// Token ids, comma-separated (`171,318,11`).
+    #[arg(long, value_delimiter = ',', conflicts_with = "tokens_file")]
+    pub tokens: Option<Vec<u64>>,
+    /// Token ids from a file (comma- or whitespace-separated).
+    #[arg(long)]
+    pub tokens_file: Option<PathBuf>,
+    /// Seed of the token sequence (without --tokens).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write every hidden state: n_tokens × E little-endian f32, token-major.
+    #[arg(long)]
+    pub dump_hidden: Option<PathBuf>,
+    /// Write the routing of every (token, layer) as JSON Lines (MOE_STACK.md's format).
+    #[arg(long)]
+    pub record_trace: Option<PathBuf>,
+    /// IO workers, each with its own file handle.
+    #[arg(long, default_value_t = 18)]
+    pub workers: usize,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where `--demo` keeps its model: the user's cache directory.
+fn demo_path() -> Result<PathBuf, CliError> {
+    let base = if cfg!(windows) {
+        std::env::var_os("LOCALAPPDATA").map(PathBuf::from)
+    } else {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+    };
+    let base = base.ok_or_else(|| {
+        CliError::runtime(
+            "no cache directory (set XDG_CACHE_HOME or HOME; LOCALAPPDATA on Windows)",
+        )
+    })?;
+    Ok(base.join("ds4-stream").join("ds4-demo.gguf"))
+}
+
+fn parse_ids(text: &str) -> Result<Vec<u64>, CliError> {
+    text.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u64>()
+                .map_err(|_| CliError::bad_input(format!("token id {s:?} is not a number")))
+        })
+        .collect()
+}
+
+fn tokens(a: &Args, vocab: u64) -> Result<Vec<u32>, CliError> {
+    let ids = match (&a.tokens, &a.tokens_file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| CliError::bad_input(format!("{}: {e}", f.display())))?;
+            parse_ids(&text)?
+        }
+        (None, None) => {
+            let mut s = a.seed;
+            (0..a.n_tokens)
+                .map(|_| {
+                    s = crate::generate::blocks::mix64(s.wrapping_add(0x9e37_79b9_7f4a_7c15));
+                    s % vocab
+                })
+                .collect()
+        }
+    };
+    if ids.is_empty() {
+        return Err(CliError::bad_input("no token ids given"));
+    }
+    ids.iter()
+        .map(|&t| {
+            if t < vocab {
+                Ok(t as u32)
+            } else {
+                Err(CliError::bad_input(format!(
+                    "token id {t} is outside the vocabulary (0..{vocab})"
+                )))
+            }
+        })
+        .collect()
+}
+
+/// Cache slots from the flag, or the default, and how they were chosen.
+fn cache_slots(a: &Args, model: &Ds4Model) -> Result<(usize, String), CliError> {
+    let total = model.n_routed_experts();
+    let eb = model.layers.first().map_or(1, |l| l.expert_bytes()).max(1);
+    if let Some(s) = &a.ssd_streaming_cache_experts {
+        let s = s.trim();
+        if let Ok(n) = s.parse::<u64>() {
+            return Ok((
+                n.min(total) as usize,
+                format!("--ssd-streaming-cache-experts {n}"),
+            ));
+        }
+        let bytes = crate::units::parse_size(s).map_err(|e| {
+            CliError::bad_input(format!("--ssd-streaming-cache-experts {s:?}: {e}"))
+        })?;
+        return Ok((
+            (bytes / eb).min(total) as usize,
+            format!("budget {s} / {eb} B per expert"),
+        ));
+    }
+    let quarter = total.div_ceil(4);
+    let avail = crate::units::available_memory().unwrap_or(u64::MAX);
+    let fits = avail / 4 / eb;
+    let n = quarter.min(fits).max(model.shape.n_expert_used);
+    Ok((
+        n as usize,
+        format!("default: min(25% of {total} experts, 25% of available memory)"),
+    ))
+}
+
+/// Opens (generating `--demo`'s model first if needed) and runs.
+pub fn run(a: Args) -> CliResult {
+    let path = if a.demo {
+        let p = demo_path()?;
+        if !p.exists() {
+            super::demo::generate_demo_model(&p, 0)?;
+        }
+        p
+    } else {
+        a.model.clone()
+    };
+    if !path.exists() {
+        return Err(CliError::bad_input(format!(
+            "{}: no such file; pass -m FILE with a DS4 Flash GGUF (ds4flash.gguf, 81 GiB), or \
+             --demo to run on the generated demo model",
+            path.display()
+        )));
+    }
+    let (file, model) = Ds4Model::open(&path).map_err(|e| CliError::bad_input(chain(&e)))?;
+    let ids = tokens(&a, model.shape.vocab)?;
+    let cfg = EngineConfig {
+        workers: a.workers,
+        cold: a.ssd_streaming_cold,
+        ..EngineConfig::default()
+    };
+    let device = crate::device::BackendKind::Host
+        .open_default()
+        .map_err(|e| CliError::runtime(chain(&e)))?;
+    let engine = Engine::open(&path, device, cfg).map_err(|e| CliError::runtime(chain(&e)))?;
+    let bad = |e: crate::decode::DecodeError| {
+        if e.is_bad_input() {
+            CliError::bad_input(format!("{}: {}", path.display(), chain(&e)))
+        } else {
+            CliError::runtime(chain(&e))
+        }
+    };
+    let weights = MoeWeights::load(&file, &model, &engine).map_err(bad)?;
+    let policy = match &a.cache_policy {
+        Some(p) => p
+            .parse::<PolicyKind>()
+            .map_err(|e| CliError::bad_input(e.to_string()))?,
+        None => PolicyKind::DEFAULT,
+    };
+    let (slots, how) = cache_slots(&a, &model)?;
+    let t_load = Instant::now();
+    let mut provider: Box<dyn ExpertProvider + '_> = if a.ssd_streaming {
+        Box::new(StreamedExperts::new(&engine, &model, slots, policy).map_err(bad)?)
+    } else {
+        Box::new(ResidentExperts::load(&model, &engine).map_err(bad)?)
+    };
+    let load_secs = t_load.elapsed().as_secs_f64();
+    let stack = MoeStack::new(&weights, &engine);
+    let mut hidden: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
+    let mut traces: Vec<Vec<TokenTrace>> = Vec::new();
+    let t0 = Instant::now();
+    let progress = !a.json && ids.len() > 1;
+    for (i, &t) in ids.iter().enumerate() {
+        let (h, tr) = stack.token(t, provider.as_mut()).map_err(bad)?;
+        hidden.push(h);
+        if a.record_trace.is_some() {
+            traces.push(tr);
+        }
+        if progress {
+            let _ = write!(std::io::stderr(), "\rtoken {}/{}", i + 1, ids.len());
+        }
+    }
+    if progress {
+        let _ = writeln!(std::io::stderr());
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let digest = digest_hex(hidden.iter().map(|h| h.as_slice()));
+    if let Some(f) = &a.dump_hidden {
+        write_dump(f, &hidden)?;
+    }
+    if let Some(f) = &a.record_trace {
+        write_trace(f, &ids, &traces)?;
+    }
+    let st = provider.stats();
+    report(
+        &a, &path, &model, &ids, secs, load_secs, slots, &how, policy, &st, &digest,
+    )
+}
+
+fn write_dump(f: &Path, hidden: &[Vec<f32>]) -> CliResult {
+    let mut b = Vec::with_capacity(hidden.len() * hidden.first().map_or(0, |h| h.len()) * 4);
+    for h in hidden {
+        for v in h {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(f, b).map_err(|e| CliError::runtime(format!("{}: {e}", f.display())))
+}
+
+fn write_trace(f: &Path, ids: &[u32], traces: &[Vec<TokenTrace>]) -> CliResult {
+    let mut s = String::new();
+    for (i, (id, tr)) in ids.iter().zip(traces).enumerate() {
+        for t in tr {
+            let e: Vec<String> = t.experts.iter().map(|x| x.to_string()).collect();
+            let w: Vec<String> = t.weights.iter().map(|x| format!("{x:?}")).collect();
+            let _ = writeln!(
+                s,
+                "{{\"token\": {i}, \"id\": {id}, \"layer\": {}, \"experts\": [{}], \"weights\": [{}]}}",
+                t.layer,
+                e.join(", "),
+                w.join(", ")
+            );
+        }
+    }
+    std::fs::write(f, s).map_err(|e| CliError::runtime(format!("{}: {e}", f.display())))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    a: &Args,
+    path: &Path,
+    model: &Ds4Model,
+    ids: &[u32],
+    secs: f64,
+    load_secs: f64,
+    slots: usize,
+    how: &str,
+    policy: PolicyKind,
+    st: &crate::decode::FetchStats,
+    digest: &str,
+) -> CliResult {
+    let n = ids.len() as f64;
+    let tps = n / secs.max(1e-9);
+    let mib_per_tok = st.bytes_streamed as f64 / n / (1 << 20) as f64;
+    let stall = st.stall.as_secs_f64() / secs.max(1e-9);
+    let mode = if a.ssd_streaming {
+        "ssd-streaming"
+    } else {
+        "resident"
+    };
+    let hr = st.cache.hit_rate();
+    if a.json {
+        let mut v = serde_json::json!({
+            "model": path.display().to_string(),
+            "mode": mode,
+            "backend": "host",
+            "compute": "host reference kernels; MoE stack only (no attention, no hyper-connections)",
+            "tokens": ids.len(),
+            "layers": model.layers.len(),
+            "seconds": secs,
+            "load_seconds": load_secs,
+            "tokens_per_s": tps,
+            "digest": digest,
+        });
+        if a.ssd_streaming {
+            v["cache"] = serde_json::json!({
+                "experts": slots,
+                "chosen_by": how,
+                "policy": policy.name(),
+                "hit_rate": hr,
+                "stats": st.cache,
+            });
+            v["mib_streamed_per_token"] = mib_per_tok.into();
+            v["stall_fraction"] = stall.into();
+            v["fetch_p50_us"] = st.fetch_p50_us.into();
+            v["fetch_p99_us"] = st.fetch_p99_us.into();
+            v["prefetched_hash_experts"] = st.prefetched.into();
+        }
+        super::out(&format!("{v}\n"))?;
+        return Ok(());
+    }
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{}: {} tokens through {} layers ({mode}), {:.2} tokens/s ({:.3} s; experts/weights loaded in {:.3} s)",
+        path.display(),
+        ids.len(),
+        model.layers.len(),
+        tps,
+        secs,
+        load_secs
+    );
+    if a.ssd_streaming {
+        let _ = writeln!(
+            t,
+            "expert cache: {slots} experts ({how}), policy {}: hit rate {:.1}% ({} hits, {} misses, {} evictions); {:.2} MiB streamed per token; IO stall {:.1}% of the time; fetch p50 {} us, p99 {} us; {} hash-layer experts read at token start",
+            policy.name(),
+            hr * 100.0,
+            st.cache.hits + st.cache.dedup_hits,
+            st.cache.misses,
+            st.cache.evictions,
+            mib_per_tok,
+            stall * 100.0,
+            st.fetch_p50_us,
+            st.fetch_p99_us,
+            st.prefetched
+        );
+    }
+    let _ = writeln!(t, "digest (sha256 of every hidden state): {digest}");
+    let _ = writeln!(
+        t,
+        "note: the MoE half of DS4 only (router, routed and shared experts; no attention, no \
+         hyper-connections), on the host's reference kernels"
+    );
+    super::out(&t).map(|_| ())
+}

@@ -1,0 +1,48 @@
+//! Errors of the decode path: bad tensors and keys are bad input (named), reads and kernels
+//! are runtime failures.
+
+use crate::compute::ComputeError;
+use crate::engine::EngineError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// A tensor the MoE stack needs is missing, of the wrong type or shape, or holds bad values.
+    #[error("tensor {name}: {why}")]
+    Tensor { name: String, why: String },
+    /// A metadata key is missing or of the wrong type.
+    #[error("metadata key {key}: {why}")]
+    Key { key: String, why: String },
+    /// A token id outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary (0..{vocab})")]
+    Token { id: u64, vocab: u64 },
+    /// Reading weights failed.
+    #[error("reading {what}")]
+    Read {
+        what: String,
+        #[source]
+        source: EngineError,
+    },
+    /// A compute kernel refused its input (a shape the validation should have caught).
+    #[error("computing {what}")]
+    Compute {
+        what: String,
+        #[source]
+        source: ComputeError,
+    },
+    /// The expert cache cannot hold what one layer needs.
+    #[error("expert cache: {0}")]
+    Cache(String),
+}
+
+impl DecodeError {
+    /// True for errors caused by the input file or arguments (exit 2), false for runtime ones.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            DecodeError::Tensor { .. }
+                | DecodeError::Key { .. }
+                | DecodeError::Token { .. }
+                | DecodeError::Cache(_)
+        )
+    }
+}

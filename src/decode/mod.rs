@@ -1,0 +1,28 @@
+//! The MoE half of DS4's decode, exactly as ../shared/MOE_STACK.md fixes it (mirrored in
+//! docs/MOE_STACK.md): per token, per layer, RMS norm → router (F16) → sqrt(softplus) →
+//! experts (hash layers: `tid2eid[token]`; others: top-k of p + bias) → weights (normalised,
+//! scaled) → the K routed experts' SwiGLU FFNs and the shared expert → residual add.
+//!
+//! Why it exists: `ds4 --ssd-streaming` is judged by bringing each token's experts in time, so
+//! the engine computes the part of the model that streams, on the file's real weights, and the
+//! result (a digest of every hidden state) proves streamed ≡ resident. Attention and
+//! hyper-connections are left out on purpose (the MoE part alone streams); every output says so.
+//!
+//! Shape: [`MoeWeights`] (metadata + resident tensors, validated before any token runs: a bad
+//! tensor is an error naming it) → [`MoeStack::token`] computes one token with the host
+//! reference kernels of [`crate::compute`], asking an [`ExpertProvider`] for each layer's
+//! experts: [`ResidentExperts`] (everything loaded first) or [`StreamedExperts`] (a bounded
+//! cache, misses read through the engine, hash-layer experts fetched at token start).
+//!
+//! Limits: host compute only so far (GPU kernels exist in `device::cuda` but the stack does not
+//! run on them yet); tokens are independent (no attention, no KV cache).
+
+mod error;
+mod experts;
+mod stack;
+mod weights;
+
+pub use error::DecodeError;
+pub use experts::{ExpertData, ExpertProvider, FetchStats, ResidentExperts, StreamedExperts};
+pub use stack::{digest_hex, MoeStack, TokenTrace};
+pub use weights::{MoeParams, MoeWeights};

@@ -1,0 +1,209 @@
+//! `ds4` (no subcommand): the MoE stack on generated models, end to end through the binary.
+//! - against an independent numpy + gguf-py implementation of MOE_STACK.md
+//!   (tests/py/moe_oracle.py, float64) on the tiny and demo models: relative L2 error ≤ 1e-5;
+//! - resident ≡ streamed: identical digests at several cache sizes, policies and cold reads;
+//! - the trace and dump formats; bad input (hostile tid2eid, a cache below K experts, a token
+//!   outside the vocabulary, a missing file) exits 2 naming what is wrong.
+
+mod gen_util;
+
+use gen_util::{ds4, gen_model, run_py};
+use std::path::Path;
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let o = ds4().args(args).arg("--json").output().expect("spawn ds4");
+    assert!(
+        o.status.success(),
+        "ds4 {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("one JSON object")
+}
+
+fn f32s(p: &Path) -> Vec<f32> {
+    std::fs::read(p)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn against_oracle(scale: &str, tokens: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join(format!("{scale}.gguf"));
+    gen_model(&model, &["--scale", scale]);
+    let ours = dir.path().join("ours.f32");
+    let theirs = dir.path().join("numpy.f32");
+    let m = model.to_str().unwrap();
+    run_json(&[
+        "-m",
+        m,
+        "--tokens",
+        tokens,
+        "--dump-hidden",
+        ours.to_str().unwrap(),
+    ]);
+    run_py("moe_oracle.py", &[m, theirs.to_str().unwrap(), tokens]);
+    let (a, b) = (f32s(&ours), f32s(&theirs));
+    assert_eq!(a.len(), b.len(), "{scale}: dump lengths");
+    let diff: f64 = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| ((x - y) as f64).powi(2))
+        .sum::<f64>();
+    let norm: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum::<f64>();
+    let rel = (diff / norm).sqrt();
+    assert!(
+        rel <= 1e-5,
+        "{scale}: relative L2 error {rel:e} against numpy"
+    );
+    eprintln!("{scale}: relative L2 error {rel:e} against numpy (float64)");
+}
+
+#[test]
+fn the_tiny_model_matches_numpy() {
+    against_oracle("tiny", "0,1,7,300,511");
+}
+
+#[test]
+fn the_demo_model_matches_numpy() {
+    // The demo model's clamp (10.0) triggers; two tokens keep the oracle at ~10 s.
+    against_oracle("demo", "3,4099");
+}
+
+#[test]
+fn streamed_equals_resident_at_every_cache_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    gen_model(&model, &["--scale", "tiny"]);
+    let m = model.to_str().unwrap();
+    let base = ["-m", m, "-n", "24", "--seed", "5"];
+    let resident = run_json(&base)["digest"].clone();
+    assert!(resident.as_str().is_some_and(|d| d.len() == 64));
+    for (slots, policy, cold) in [
+        ("6", "lru", false),
+        ("7", "arc", true),
+        ("20", "lfu-decay", false),
+        ("64", "w-tinylfu", false),
+        ("100000", "arc", false),
+        ("1MiB", "lru", false),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(["--ssd-streaming", "--ssd-streaming-cache-experts", slots]);
+        args.extend(["--cache-policy", policy]);
+        if cold {
+            args.push("--ssd-streaming-cold");
+        }
+        let v = run_json(&args);
+        assert_eq!(v["digest"], resident, "{slots} {policy} cold={cold}");
+        let c = &v["cache"];
+        let lookups = c["stats"]["hits"].as_u64().unwrap()
+            + c["stats"]["dedup_hits"].as_u64().unwrap()
+            + c["stats"]["misses"].as_u64().unwrap();
+        assert!(lookups >= 24 * 4 * 6, "{slots}: {lookups} lookups");
+    }
+}
+
+#[test]
+fn trace_and_dump_have_the_documented_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    gen_model(&model, &["--scale", "tiny"]);
+    let (trace, dump) = (dir.path().join("t.jsonl"), dir.path().join("h.f32"));
+    let v = run_json(&[
+        "-m",
+        model.to_str().unwrap(),
+        "--tokens",
+        "5,9,5",
+        "--record-trace",
+        trace.to_str().unwrap(),
+        "--dump-hidden",
+        dump.to_str().unwrap(),
+    ]);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let layers = v["layers"].as_u64().unwrap() as usize;
+    assert_eq!(rows.len(), 3 * layers);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r["token"], (i / layers) as u64);
+        assert_eq!(r["layer"], (i % layers) as u64);
+        assert_eq!(r["id"], [5, 9, 5][i / layers]);
+        let (e, w) = (
+            r["experts"].as_array().unwrap(),
+            r["weights"].as_array().unwrap(),
+        );
+        assert_eq!((e.len(), w.len()), (6, 6));
+        // Normalised then scaled by 1.5: the weights sum to 1.5.
+        let sum: f64 = w.iter().map(|x| x.as_f64().unwrap()).sum();
+        assert!((sum - 1.5).abs() < 1e-5, "weights sum {sum}");
+    }
+    // Token 5 twice: the same routing and the same hidden state.
+    assert_eq!(rows[0]["experts"], rows[2 * layers]["experts"]);
+    let h = f32s(&dump);
+    let e = h.len() / 3;
+    assert_eq!(h[..e], h[2 * e..]);
+    // The digest is the SHA-256 of exactly the dump's bytes (checked by recomputing it).
+    assert_eq!(v["digest"].as_str().unwrap().len(), 64);
+}
+
+fn fails_with(args: &[&str], code: i32, needle: &str) {
+    let o = ds4().args(args).output().expect("spawn ds4");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "ds4 {args:?}: {err}");
+    assert!(
+        err.contains(needle),
+        "ds4 {args:?}: {err:?} lacks {needle:?}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+}
+
+#[test]
+fn bad_input_is_named_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    gen_model(&model, &["--scale", "tiny"]);
+    let m = model.to_str().unwrap();
+    fails_with(&["-m", "/nonexistent/x.gguf"], 2, "--demo");
+    fails_with(&["-m", m, "--tokens", "512"], 2, "outside the vocabulary");
+    fails_with(&["-m", m, "--tokens", "1,x"], 2, "x");
+    fails_with(
+        &[
+            "-m",
+            m,
+            "--ssd-streaming",
+            "--ssd-streaming-cache-experts",
+            "5",
+        ],
+        2,
+        "smaller than one layer's 6 experts",
+    );
+    fails_with(
+        &["-m", m, "--cache-policy", "fifo"],
+        2,
+        "unknown cache policy",
+    );
+    // A hostile tid2eid: expert id 99 (of 16) for token 0 of layer 0.
+    let (_, dsm) = ds4_stream::model::Ds4Model::open(&model).unwrap();
+    let t = dsm.layers[0].tid2eid.as_ref().unwrap();
+    let mut bytes = std::fs::read(&model).unwrap();
+    bytes[t.offset as usize..t.offset as usize + 4].copy_from_slice(&99i32.to_le_bytes());
+    let bad = dir.path().join("bad.gguf");
+    std::fs::write(&bad, &bytes).unwrap();
+    fails_with(
+        &["-m", bad.to_str().unwrap(), "--tokens", "3"],
+        2,
+        "blk.0.ffn_gate_tid2eid.weight",
+    );
+    // The same id twice in one token's row.
+    let second = u32::from_le_bytes(
+        bytes[t.offset as usize + 4..t.offset as usize + 8]
+            .try_into()
+            .unwrap(),
+    );
+    bytes[t.offset as usize..t.offset as usize + 4].copy_from_slice(&second.to_le_bytes());
+    std::fs::write(&bad, &bytes).unwrap();
+    fails_with(&["-m", bad.to_str().unwrap()], 2, "twice");
+}
