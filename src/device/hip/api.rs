@@ -169,6 +169,7 @@ impl Dev {
 
     pub(super) fn name(&self) -> String {
         let mut buf = [0 as c_char; 256];
+        // The `hipDevice_t` argument is the ordinal: ROCm's hipDeviceGet hands it back unchanged.
         // SAFETY: the runtime writes at most `len` bytes, NUL-terminated.
         let r = unsafe { hipDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, self.ordinal) };
         if r != HIP_SUCCESS {
