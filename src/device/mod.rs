@@ -18,13 +18,15 @@
 //!
 //! Limits: one stream per device (one copy engine saturates PCIe, see TARGETS.md); only
 //! host-to-device copies are asynchronous, device-to-host reads are synchronous (tests, `cat`).
-//! Backends: `host` (always), `cuda` (feature `cuda`), `hip` (feature `hip`, in progress).
+//! Backends: `host` (always), `cuda` (feature `cuda`), `hip` (feature `hip`).
 
 pub mod buffer;
-#[cfg(feature = "cuda")]
+#[cfg(any(feature = "cuda", feature = "hip"))]
 mod completion;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "hip")]
+pub mod hip;
 pub mod host;
 
 pub use buffer::{
@@ -138,6 +140,12 @@ impl BackendKind {
             })?)),
             #[cfg(not(feature = "cuda"))]
             BackendKind::Cuda => Err(DeviceError::NotCompiled(self)),
+            #[cfg(feature = "hip")]
+            BackendKind::Hip => Ok(Arc::new(hip::HipDevice::new(hip::HipConfig {
+                ordinal: opts.ordinal,
+                unified: opts.unified,
+            })?)),
+            #[cfg(not(feature = "hip"))]
             BackendKind::Hip => Err(DeviceError::NotCompiled(self)),
         }
     }

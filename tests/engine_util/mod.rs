@@ -48,8 +48,8 @@ pub fn devices() -> Vec<(&'static str, Arc<dyn Device>)> {
     v
 }
 
-/// The GPU devices of the backends compiled in: CUDA staged and CUDA forced unified (mapped
-/// pinned memory). A backend whose device is absent is skipped with a note on stderr, unless
+/// The GPU devices of the backends compiled in: CUDA and HIP, each staged and forced unified
+/// (mapped pinned memory). A backend whose device is absent is skipped with a note on stderr, unless
 /// `DS4_GPU_TESTS` names it (`cuda`, `hip`, comma-separated): then absence fails the test, so
 /// a GPU machine run cannot pass by skipping.
 pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
@@ -66,6 +66,20 @@ pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
             match CudaDevice::new(cfg) {
                 Ok(d) => v.push((name, Arc::new(d) as Arc<dyn Device>)),
                 Err(e) => skip_or_fail("cuda", &e.to_string()),
+            }
+        }
+    }
+    #[cfg(feature = "hip")]
+    {
+        use ds4_stream::device::hip::{HipConfig, HipDevice};
+        for (name, unified) in [("hip", false), ("hip-unified", true)] {
+            let cfg = HipConfig {
+                ordinal: 0,
+                unified: Some(unified),
+            };
+            match HipDevice::new(cfg) {
+                Ok(d) => v.push((name, Arc::new(d) as Arc<dyn Device>)),
+                Err(e) => skip_or_fail("hip", &e.to_string()),
             }
         }
     }
