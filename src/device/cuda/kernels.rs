@@ -76,7 +76,7 @@ impl CudaCompute {
         let minor =
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
         let opts = cudarc::nvrtc::CompileOptions {
-            options: vec![format!("--gpu-arch=compute_{major}{minor}")],
+            options: vec![format!("--gpu-architecture=compute_{major}{minor}")],
             name: Some("ds4_kernels.cu".into()),
             ..Default::default()
         };
