@@ -274,6 +274,9 @@ fn panel(
     }
 }
 
+/// One series of a [`LinePanel`]: (name, (x, y) points, dashed).
+pub type Series = (String, Vec<(f64, f64)>, bool);
+
 /// One panel of [`line_panels`]: y (0..=`y_max`) against linear x, one polyline per series.
 pub struct LinePanel {
     pub title: String,
@@ -281,7 +284,7 @@ pub struct LinePanel {
     pub y_label: String,
     pub y_max: f64,
     /// (name, points, dashed). Colours follow the series order, the same in every panel.
-    pub series: Vec<(String, Vec<(f64, f64)>, bool)>,
+    pub series: Vec<Series>,
 }
 
 /// A row of line-chart panels with one shared legend (the series names of the first panel):
