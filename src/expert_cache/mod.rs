@@ -33,9 +33,9 @@
 //! the frequency one, but its hill climber, fed noisy samples, fell 11 points behind LRU on the
 //! recency trace at 5 % — not robust, so not the default. Limits: the evidence is synthetic
 //! traces ([`trace`]); no recorded DS4 trace was available; re-run the bench with `--trace` on a
-//! real `--record-trace` file before trusting the choice. On the frequency trace every online
-//! policy stays 3–5 points under the static oracle (preloaded with the whole trace's counts),
-//! so ../shared/TARGETS.md target 6 is not met there; a popularity preload is the likely fix.
+//! real `--record-trace` file before trusting the choice. On the frequency trace `arc` stays
+//! 3.7–4.7 points under the static oracle (preloaded with the whole trace's counts; `w-tinylfu`
+//! 0.6–4.5), so ../shared/TARGETS.md target 6 is not met there; a popularity preload is the likely fix.
 //!
 //! References computed from a whole trace (not online policies): [`reference::belady`] (the
 //! optimum) and [`reference::oracle_static`] (the most-used experts pinned for the whole run);
