@@ -7,12 +7,16 @@
 //! and an SVG plot. Every run's destination is checked against the file: a case that delivers
 //! wrong bytes fails the benchmark (exit 1).
 //!
+//! `ds4-bench cache` (see [`cache_sim`]) simulates the expert cache's policies on a routing trace
+//! and reports hit rate against cache size beside the static frequency oracle and Belady.
+//!
 //! Limits: numbers are only as good as the machine is quiet; ratios within one run are what to
 //! compare (../shared/TARGETS.md). Cold runs need Linux (fadvise / drop_caches) or O_DIRECT.
 
 mod args;
 mod baselines;
 mod cache;
+mod cache_sim;
 mod engine_case;
 mod file;
 mod fio;
@@ -87,6 +91,9 @@ pub enum Command {
     Io(args::IoArgs),
     /// Table, CSV and plot again from the JSON rows of an earlier `io --json` run.
     Report(replay::ReportArgs),
+    /// Expert-cache hit rate against cache size: every policy, the static frequency oracle and
+    /// Belady's optimum, on a recorded routing trace or synthetic ones (no IO).
+    Cache(cache_sim::CacheArgs),
 }
 
 /// A progress bar on stderr, hidden when `show` is false or stderr is not a terminal.
@@ -116,6 +123,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Io(a) => io::run(a),
         Command::Report(a) => replay::run(a),
+        Command::Cache(a) => cache_sim::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -274,6 +274,156 @@ fn panel(
     }
 }
 
+/// One series of a [`LinePanel`]: (name, (x, y) points, dashed).
+pub type Series = (String, Vec<(f64, f64)>, bool);
+
+/// One panel of [`line_panels`]: y (0..=`y_max`) against linear x, one polyline per series.
+pub struct LinePanel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub y_max: f64,
+    /// (name, points, dashed). Colours follow the series order, the same in every panel.
+    pub series: Vec<Series>,
+}
+
+/// A row of line-chart panels with one shared legend (the series names of the first panel):
+/// the plot of `ds4-bench cache` (hit rate against cache size, one panel per trace).
+pub fn line_panels(title: &str, panels: &[LinePanel]) -> String {
+    let cols = panels.len().clamp(1, 3);
+    let nrows = panels.len().div_ceil(cols).max(1);
+    let names: Vec<&str> = panels
+        .first()
+        .map(|p| p.series.iter().map(|(n, _, _)| n.as_str()).collect())
+        .unwrap_or_default();
+    let legend_h = 20.0 * names.len().div_ceil(4) as f64 + 16.0;
+    let width = PANEL_W * cols as f64;
+    let height = 40.0 + PANEL_H * nrows as f64 + legend_h;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+        width / 2.0,
+        esc(title)
+    );
+    for (i, p) in panels.iter().enumerate() {
+        let ox = PANEL_W * (i % cols) as f64;
+        let oy = 40.0 + PANEL_H * (i / cols) as f64;
+        line_panel(&mut s, p, ox, oy);
+    }
+    let ly = 40.0 + PANEL_H * nrows as f64 + 12.0;
+    for (i, name) in names.iter().enumerate() {
+        let (x, y) = (20.0 + 150.0 * (i % 4) as f64, ly + 20.0 * (i / 4) as f64);
+        let dashed = panels[0].series[i].2;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x}" y1="{y}" x2="{}" y2="{y}" stroke="{}" stroke-width="2.5" stroke-dasharray="{}"/><text x="{}" y="{}">{}</text>"#,
+            x + 24.0,
+            COLORS[i % COLORS.len()],
+            if dashed { "6,3" } else { "" },
+            x + 28.0,
+            y + 4.0,
+            esc(name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn line_panel(s: &mut String, p: &LinePanel, ox: f64, oy: f64) {
+    let (x0, y0) = (ox + MARGIN_L, oy + MARGIN_T);
+    let (w, h) = (
+        PANEL_W - MARGIN_L - MARGIN_R / 3.0,
+        PANEL_H - MARGIN_T - MARGIN_B,
+    );
+    let xs = p
+        .series
+        .iter()
+        .flat_map(|(_, pts, _)| pts.iter().map(|q| q.0));
+    let (xmin, xmax) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+        (a.min(x), b.max(x))
+    });
+    let (xmin, xmax) = if xmin.is_finite() && xmax > xmin {
+        (xmin, xmax)
+    } else if xmin.is_finite() {
+        (xmin - 1.0, xmin + 1.0)
+    } else {
+        (0.0, 1.0)
+    };
+    let px = |x: f64| x0 + w * (x - xmin) / (xmax - xmin);
+    let ymax = p.y_max.max(1e-9);
+    let py = |y: f64| y0 + h - h * y / ymax;
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle" font-size="12" font-weight="bold">{}</text>"#,
+        x0 + w / 2.0,
+        oy + 22.0,
+        esc(&p.title)
+    );
+    let _ = writeln!(
+        s,
+        r##"<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>"##
+    );
+    for k in 0..=5 {
+        let v = ymax * k as f64 / 5.0;
+        let y = py(v);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x0}" y1="{y}" x2="{}" y2="{y}" stroke="#eee"/><text x="{}" y="{}" text-anchor="end">{v:.2}</text>"##,
+            x0 + w,
+            x0 - 6.0,
+            y + 4.0
+        );
+    }
+    for k in 0..=4 {
+        let v = xmin + (xmax - xmin) * k as f64 / 4.0;
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{v:.0}</text>"#,
+            px(v),
+            y0 + h + 16.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text><text x="{}" y="{}" text-anchor="middle" transform="rotate(-90 {} {})">{}</text>"#,
+        x0 + w / 2.0,
+        y0 + h + 32.0,
+        esc(&p.x_label),
+        ox + 16.0,
+        y0 + h / 2.0,
+        ox + 16.0,
+        y0 + h / 2.0,
+        esc(&p.y_label)
+    );
+    for (i, (_, pts, dashed)) in p.series.iter().enumerate() {
+        let col = COLORS[i % COLORS.len()];
+        let path: Vec<String> = pts
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{col}" stroke-width="2" stroke-dasharray="{}"/>"#,
+            path.join(" "),
+            if *dashed { "6,3" } else { "" }
+        );
+        for &(x, y) in pts {
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{col}"/>"#,
+                px(x),
+                py(y)
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::report::sample_row;
@@ -295,5 +445,23 @@ mod tests {
         assert!(s.contains("mmap 0.40"));
         assert!(s.contains("t &lt;x&gt;"));
         assert!(s.contains("chunk 4MiB"));
+    }
+
+    #[test]
+    fn line_panels_draw_every_series() {
+        let panel = |t: &str| LinePanel {
+            title: t.into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            y_max: 1.0,
+            series: vec![
+                ("a".into(), vec![(1.0, 0.2), (2.0, 0.4)], false),
+                ("b<".into(), vec![(1.0, 0.3), (2.0, 0.5)], true),
+            ],
+        };
+        let s = line_panels("hit rate", &[panel("p1"), panel("p2")]);
+        assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+        assert_eq!(s.matches("<polyline").count(), 4);
+        assert!(s.contains("b&lt;") && s.contains("p2"));
     }
 }

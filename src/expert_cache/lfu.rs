@@ -33,7 +33,8 @@ pub struct LfuDecay {
 }
 
 impl LfuDecay {
-    /// Counts halve every `period` accesses (at least 1).
+    /// Counts halve every `period` accesses (at least 1); [`super::PolicyKind::LfuDecay`] uses
+    /// 8 × slots, the best of 1–32 × slots on the synthetic frequency trace.
     pub fn new(slots: usize, period: u64) -> Self {
         LfuDecay {
             arena: Arena::new(slots),

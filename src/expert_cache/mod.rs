@@ -19,18 +19,23 @@
 //!   with [`CacheError::TooSmall`] rather than run a layer that cannot fit.
 //!
 //! Every operation is O(1) amortised: a `HashMap` from key to slot, a free list, and policies
-//! built on index-linked lists ([`list`]); nothing scans the slots. `unpin_all` is O(pins taken),
+//! built on index-linked lists (`list.rs`); nothing scans the slots. `unpin_all` is O(pins taken),
 //! i.e. O(1) per lookup.
 //!
-//! Policies ([`PolicyKind`], chosen by name): `lru`, `lfu-decay` (counts halved every `slots`
-//! accesses, O(1) through lazily merged frequency buckets), `w-tinylfu` and `arc` (adaptive).
-//! The default is **`arc`**, chosen by measurement (`ds4-bench cache --shape all`,
-//! docs/BENCHMARKS.md "Expert cache policies"): on the synthetic recency, mixed and frequency
-//! traces at 11/22/44 % of the experts it was the only policy never more than ~2 points below
-//! the better of LRU and decayed LFU (W-TinyLFU won the frequency-shaped trace by up to 6
-//! points but fell ~5 points behind LRU on the recency-shaped one). Limits: that evidence is
-//! synthetic traces ([`trace`]); no recorded DS4 trace was available; re-run the bench with
-//! `--trace` on a real `--record-trace` file before trusting the choice.
+//! Policies ([`PolicyKind`], chosen by name): `lru`, `lfu-decay` (counts halved every
+//! 8 × `slots` accesses, O(1) through lazily merged frequency buckets), `w-tinylfu` (Caffeine's
+//! design with its hill-climbing window) and `arc` (adaptive). The default is **`arc`**, chosen
+//! by measurement (`ds4-bench cache --tokens 16384 --slots 5%,11%,22%,44%`, docs/BENCHMARKS.md
+//! "Expert cache policies"): on the synthetic recency, mixed and frequency traces at 5 to 44 %
+//! of the experts its worst margin against the better of `lru` and `lfu-decay` was −2.6 points
+//! (frequency trace, 44 %), and it was never more than 1.2 points below LRU where LRU wins.
+//! `w-tinylfu` was better on the mixed trace (up to +4.5 points) and as good as `lfu-decay` on
+//! the frequency one, but its hill climber, fed noisy samples, fell 11 points behind LRU on the
+//! recency trace at 5 % — not robust, so not the default. Limits: the evidence is synthetic
+//! traces ([`trace`]); no recorded DS4 trace was available; re-run the bench with `--trace` on a
+//! real `--record-trace` file before trusting the choice. On the frequency trace `arc` stays
+//! 3.7–4.7 points under the static oracle (preloaded with the whole trace's counts; `w-tinylfu`
+//! 0.6–4.5), so ../shared/TARGETS.md target 6 is not met there; a popularity preload is the likely fix.
 //!
 //! References computed from a whole trace (not online policies): [`reference::belady`] (the
 //! optimum) and [`reference::oracle_static`] (the most-used experts pinned for the whole run);

@@ -44,6 +44,10 @@ pub trait Policy: Send {
 /// `lfu-decay` halves its counts every this many × slots accesses. An expert lives about
 /// `slots` accesses under LRU; a window several times that is what lets counts say more than
 /// recency (the Metal engine halves every 16 tokens = 4,128 accesses, for any cache size).
+/// Measured on the synthetic traces (1–32 × slots): 8 × is the best on the frequency-shaped trace
+/// (49.4 % at 11 % of the experts; 1 × gives 43.6 %), 1–2 × the best on the recency-shaped one
+/// (67 % vs 40 % at 8 ×); 8 × makes `lfu-decay` the strongest frequency baseline to hold the
+/// default against.
 pub const LFU_DECAY_PERIOD: u64 = 8;
 
 /// The policies, chosen by name.

@@ -21,6 +21,8 @@ use super::ExpertKey;
 const WINDOW: u8 = 0;
 const PROBATION: u8 = 1;
 const PROTECTED: u8 = 2;
+/// The climber samples the hit rate over this many × slots accesses.
+pub(crate) const CLIMB_SAMPLE: u64 = 2;
 
 /// A count-min sketch of 4 rows with counters saturating at 15, halved every `sample` adds.
 struct Sketch {
@@ -83,10 +85,15 @@ pub struct WTinyLfu {
     sample_accesses: u64,
     prev_rate: f64,
     step: f64,
+    sample: u64,
 }
 
 impl WTinyLfu {
     pub fn new(slots: usize) -> Self {
+        Self::with_sample(slots, CLIMB_SAMPLE)
+    }
+
+    pub(crate) fn with_sample(slots: usize, sample: u64) -> Self {
         WTinyLfu {
             arena: Arena::new(slots),
             lists: [List::default(); 3],
@@ -99,7 +106,8 @@ impl WTinyLfu {
             sample_hits: 0,
             sample_accesses: 0,
             prev_rate: 0.0,
-            step: -(slots as f64 * 0.05),
+            step: slots as f64 * 0.0625,
+            sample: sample * slots as u64,
         }
     }
 
@@ -132,14 +140,18 @@ impl WTinyLfu {
         Some(s)
     }
 
-    /// One hill-climbing step: keep going while the hit rate improves, else turn around.
+    /// One hill-climbing step (Caffeine's): keep going while the hit rate improves, else turn
+    /// around; the step decays by 2 % a sample and restarts at 6.25 % of the slots when the hit
+    /// rate jumps by 5 points (the trace changed character).
     fn climb(&mut self) {
         let rate = self.sample_hits as f64 / self.sample_accesses.max(1) as f64;
-        if rate < self.prev_rate {
-            self.step = -self.step * 0.9;
+        let change = rate - self.prev_rate;
+        let dir = if change >= 0.0 { 1.0 } else { -1.0 } * self.step.signum();
+        self.step = if change.abs() >= 0.05 {
+            dir * 0.0625 * self.slots as f64
         } else {
-            self.step *= 0.98;
-        }
+            dir * self.step.abs() * 0.98
+        };
         self.prev_rate = rate;
         let hi = (self.slots as f64 * 0.8).max(1.0);
         self.window = (self.window + self.step).clamp(1.0, hi);
@@ -155,7 +167,7 @@ impl Policy for WTinyLfu {
     fn on_access(&mut self, key: ExpertKey) {
         self.sketch.add(key);
         self.sample_accesses += 1;
-        if self.sample_accesses >= self.slots as u64 {
+        if self.sample_accesses >= self.sample {
             self.climb();
         }
     }
