@@ -11,6 +11,7 @@ use super::{chain, CliError, CliResult};
 use crate::decode::{
     digest_hex, ExpertProvider, MoeStack, MoeWeights, ResidentExperts, StreamedExperts, TokenTrace,
 };
+use crate::device::{BackendArg, BackendKind, Device};
 use crate::engine::{Engine, EngineConfig};
 use crate::expert_cache::PolicyKind;
 use crate::model::Ds4Model;
@@ -68,6 +69,11 @@ pub struct Args {
     /// IO workers, each with its own file handle.
     #[arg(long, default_value_t = 18)]
     pub workers: usize,
+    /// Where the MoE stack runs: host (reference kernels), cuda (the GPU kernels; experts in a
+    /// device slab the engine reads into), or auto (cuda when present, else host). HIP compute
+    /// is not wired yet.
+    #[arg(long, default_value = "host")]
+    pub backend: BackendArg,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -165,6 +171,87 @@ fn cache_slots(a: &Args, model: &Ds4Model) -> Result<(usize, String), CliError> 
     ))
 }
 
+/// The device the run reads into, and the CUDA device when the stack runs on it.
+#[cfg(feature = "cuda")]
+type CudaHandle = std::sync::Arc<crate::device::cuda::CudaDevice>;
+#[cfg(not(feature = "cuda"))]
+type CudaHandle = std::convert::Infallible;
+
+fn open_device(
+    b: BackendArg,
+) -> Result<(std::sync::Arc<dyn Device>, Option<CudaHandle>), CliError> {
+    let want_cuda =
+        match b {
+            BackendArg::Kind(BackendKind::Host) => false,
+            BackendArg::Kind(BackendKind::Cuda) => true,
+            BackendArg::Kind(BackendKind::Hip) => return Err(CliError::bad_input(
+                "--backend hip: the MoE stack has no HIP kernels yet (hipRTC); use host or cuda",
+            )),
+            BackendArg::Auto => cfg!(feature = "cuda"),
+        };
+    #[cfg(feature = "cuda")]
+    if want_cuda {
+        use crate::device::cuda::{CudaConfig, CudaDevice};
+        match CudaDevice::new(CudaConfig::default()) {
+            Ok(d) => {
+                let d = std::sync::Arc::new(d);
+                return Ok((d.clone(), Some(d)));
+            }
+            Err(e) if b == BackendArg::Auto => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "note: no CUDA device ({e}); running on the host"
+                );
+            }
+            Err(e) => return Err(CliError::runtime(chain(&e))),
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    if want_cuda && b != BackendArg::Auto {
+        return Err(CliError::runtime(chain(
+            &crate::device::DeviceError::NotCompiled(BackendKind::Cuda),
+        )));
+    }
+    let host = BackendKind::Host
+        .open_default()
+        .map_err(|e| CliError::runtime(chain(&e)))?;
+    Ok((host, None))
+}
+
+/// The stack on the host (reference kernels + an expert provider) or on CUDA.
+enum Runner<'a> {
+    Host(MoeStack<'a>, Box<dyn ExpertProvider + 'a>),
+    #[cfg(feature = "cuda")]
+    Cuda(Box<crate::decode::CudaMoe<'a>>),
+}
+
+impl Runner<'_> {
+    fn token(&mut self, t: u32) -> Result<(Vec<f32>, Vec<TokenTrace>), crate::decode::DecodeError> {
+        match self {
+            Runner::Host(stack, p) => stack.token(t, p.as_mut()),
+            #[cfg(feature = "cuda")]
+            Runner::Cuda(c) => c.token(t),
+        }
+    }
+    fn stats(&self) -> crate::decode::FetchStats {
+        match self {
+            Runner::Host(_, p) => p.stats(),
+            #[cfg(feature = "cuda")]
+            Runner::Cuda(c) => c.stats(),
+        }
+    }
+}
+
+/// What `report` says about the run besides the provider's counters.
+struct RunInfo {
+    backend: BackendKind,
+    secs: f64,
+    load_secs: f64,
+    slots: usize,
+    how: String,
+    policy: PolicyKind,
+}
+
 /// Opens (generating `--demo`'s model first if needed) and runs.
 pub fn run(a: Args) -> CliResult {
     let path = if a.demo {
@@ -190,9 +277,8 @@ pub fn run(a: Args) -> CliResult {
         cold: a.ssd_streaming_cold,
         ..EngineConfig::default()
     };
-    let device = crate::device::BackendKind::Host
-        .open_default()
-        .map_err(|e| CliError::runtime(chain(&e)))?;
+    let (device, cuda) = open_device(a.backend)?;
+    let backend = device.kind();
     let engine = Engine::open(&path, device, cfg).map_err(|e| CliError::runtime(chain(&e)))?;
     let bad = |e: crate::decode::DecodeError| {
         if e.is_bad_input() {
@@ -210,19 +296,37 @@ pub fn run(a: Args) -> CliResult {
     };
     let (slots, how) = cache_slots(&a, &model)?;
     let t_load = Instant::now();
-    let mut provider: Box<dyn ExpertProvider + '_> = if a.ssd_streaming {
-        Box::new(StreamedExperts::new(&engine, &model, slots, policy).map_err(bad)?)
-    } else {
-        Box::new(ResidentExperts::load(&model, &engine).map_err(bad)?)
+    let mut runner = match cuda {
+        #[cfg(feature = "cuda")]
+        Some(dev) => Runner::Cuda(Box::new(
+            crate::decode::CudaMoe::new(
+                dev,
+                &engine,
+                &model,
+                &weights,
+                a.ssd_streaming.then_some(slots),
+                policy,
+            )
+            .map_err(bad)?,
+        )),
+        #[cfg(not(feature = "cuda"))]
+        Some(never) => match never {},
+        None => Runner::Host(
+            MoeStack::new(&weights, &engine),
+            if a.ssd_streaming {
+                Box::new(StreamedExperts::new(&engine, &model, slots, policy).map_err(bad)?)
+            } else {
+                Box::new(ResidentExperts::load(&model, &engine).map_err(bad)?)
+            },
+        ),
     };
     let load_secs = t_load.elapsed().as_secs_f64();
-    let stack = MoeStack::new(&weights, &engine);
     let mut hidden: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
     let mut traces: Vec<Vec<TokenTrace>> = Vec::new();
     let t0 = Instant::now();
     let progress = !a.json && ids.len() > 1;
     for (i, &t) in ids.iter().enumerate() {
-        let (h, tr) = stack.token(t, provider.as_mut()).map_err(bad)?;
+        let (h, tr) = runner.token(t).map_err(bad)?;
         hidden.push(h);
         if a.record_trace.is_some() {
             traces.push(tr);
@@ -242,10 +346,16 @@ pub fn run(a: Args) -> CliResult {
     if let Some(f) = &a.record_trace {
         write_trace(f, &ids, &traces)?;
     }
-    let st = provider.stats();
-    report(
-        &a, &path, &model, &ids, secs, load_secs, slots, &how, policy, &st, &digest,
-    )
+    let st = runner.stats();
+    let run = RunInfo {
+        backend,
+        secs,
+        load_secs,
+        slots,
+        how,
+        policy,
+    };
+    report(&a, &path, &model, &ids, &run, &st, &digest)
 }
 
 fn write_dump(f: &Path, hidden: &[Vec<f32>]) -> CliResult {
@@ -276,20 +386,27 @@ fn write_trace(f: &Path, ids: &[u32], traces: &[Vec<TokenTrace>]) -> CliResult {
     std::fs::write(f, s).map_err(|e| CliError::runtime(format!("{}: {e}", f.display())))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn report(
     a: &Args,
     path: &Path,
     model: &Ds4Model,
     ids: &[u32],
-    secs: f64,
-    load_secs: f64,
-    slots: usize,
-    how: &str,
-    policy: PolicyKind,
+    run: &RunInfo,
     st: &crate::decode::FetchStats,
     digest: &str,
 ) -> CliResult {
+    let RunInfo {
+        backend,
+        secs,
+        load_secs,
+        slots,
+        ref how,
+        policy,
+    } = *run;
+    let kernels = match backend {
+        BackendKind::Host => "the host's reference kernels",
+        _ => "the GPU kernels (kernels/ds4_kernels.cu)",
+    };
     let n = ids.len() as f64;
     let tps = n / secs.max(1e-9);
     let mib_per_tok = st.bytes_streamed as f64 / n / (1 << 20) as f64;
@@ -304,8 +421,8 @@ fn report(
         let mut v = serde_json::json!({
             "model": path.display().to_string(),
             "mode": mode,
-            "backend": "host",
-            "compute": "host reference kernels; MoE stack only (no attention, no hyper-connections)",
+            "backend": backend.as_str(),
+            "compute": format!("{kernels}; MoE stack only (no attention, no hyper-connections)"),
             "tokens": ids.len(),
             "layers": model.layers.len(),
             "seconds": secs,
@@ -361,7 +478,7 @@ fn report(
     let _ = writeln!(
         t,
         "note: the MoE half of DS4 only (router, routed and shared experts; no attention, no \
-         hyper-connections), on the host's reference kernels"
+         hyper-connections), on {kernels} ({backend})"
     );
     super::out(&t).map(|_| ())
 }

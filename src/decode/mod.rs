@@ -14,14 +14,19 @@
 //! experts: [`ResidentExperts`] (everything loaded first) or [`StreamedExperts`] (a bounded
 //! cache, misses read through the engine, hash-layer experts fetched at token start).
 //!
-//! Limits: host compute only so far (GPU kernels exist in `device::cuda` but the stack does not
-//! run on them yet); tokens are independent (no attention, no KV cache).
+//! On CUDA ([`CudaMoe`], feature `cuda`) the same stack runs on the GPU kernels, with the experts
+//! in a device slab of cache slots. Limits: no HIP compute yet (hipRTC); tokens are independent
+//! (no attention, no KV cache).
 
+#[cfg(feature = "cuda")]
+mod cuda;
 mod error;
 mod experts;
 mod stack;
 mod weights;
 
+#[cfg(feature = "cuda")]
+pub use cuda::CudaMoe;
 pub use error::DecodeError;
 pub use experts::{ExpertData, ExpertProvider, FetchStats, ResidentExperts, StreamedExperts};
 pub use stack::{digest_hex, MoeStack, TokenTrace};

@@ -383,6 +383,26 @@ impl super::CudaDevice {
         )
     }
 
+    /// Zeroes `buf[offset..offset + len]` on the compute stream (after every copy issued so
+    /// far, before every kernel launched later).
+    pub fn zero(
+        &self,
+        buf: &Arc<DeviceBuffer>,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), DeviceError> {
+        let c = self.compute()?;
+        let at = c.addr(buf, offset, len)?;
+        c.ctx.bind()?;
+        let ev = self.stream.record()?;
+        // SAFETY: live event and streams of the current context.
+        let r = unsafe { sys::cuStreamWaitEvent(c.stream.raw, ev.raw, 0) };
+        check(r, "cuStreamWaitEvent")?;
+        // SAFETY: `at..at + len` is a checked range of a buffer kept alive in `keep`.
+        let r = unsafe { sys::cuMemsetD8Async(at, 0, len, c.stream.raw) };
+        check(r, "cuMemsetD8Async")
+    }
+
     /// Waits for every kernel launched so far on this device.
     pub fn synchronize_compute(&self) -> Result<(), DeviceError> {
         match self.compute.get() {

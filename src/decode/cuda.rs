@@ -1,0 +1,480 @@
+//! The MoE stack on a CUDA GPU: the same arithmetic as [`super::MoeStack`], on the kernels of
+//! `kernels/ds4_kernels.cu`, with the routed experts in a device slab of cache slots that the
+//! engine reads into (staged: file → pinned ring → async copy → slot).
+//!
+//! Per layer: rms_norm, router matvec and sqrt(softplus) on the GPU; the X router
+//! probabilities come back to the host (one small read-back per layer, which also orders every
+//! earlier kernel before this layer's reads into evicted slots) for top-k and the weights; then
+//! for each expert gate/up matvecs, SwiGLU-clamp, down matvec and the weighted add; the shared
+//! expert; h += y. Experts that are cached are computed while the misses are read (hits first);
+//! the sum runs in router order, so the result does not depend on what was cached.
+//!
+//! Resident mode is the same slab with a slot for every expert, all read before the first token:
+//! resident and streamed runs use the same kernels in the same order and give bit-identical
+//! hidden states. Against the host reference they agree within the kernels' rounding bounds
+//! (kernels/README.md), not bit for bit.
+//!
+//! Limits: one host round trip per layer (the router probabilities); no RAM tier; hash-layer
+//! experts are read at token start like on the host.
+
+use super::{DecodeError, FetchStats, MoeWeights, TokenTrace};
+use crate::compute::{f16::f16_to_f32, ops};
+use crate::device::cuda::CudaDevice;
+use crate::device::{Device, DeviceBuffer, DeviceError, PinnedBuf};
+use crate::engine::{Engine, ReadRequest, Ticket};
+use crate::expert_cache::{CacheError, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId};
+use crate::gguf::GgmlType;
+use crate::model::{Ds4Model, ExpertKind};
+use hdrhistogram::Histogram;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn dev_err(what: &str) -> impl FnOnce(DeviceError) -> DecodeError + '_ {
+    move |e| DecodeError::Cache(format!("cuda {what}: {e}"))
+}
+
+/// One layer's resident weights on the GPU.
+struct GpuLayer {
+    norm: Arc<DeviceBuffer>,
+    router: Arc<DeviceBuffer>,
+    /// (type, weights, rows) of gate, up, down.
+    shared: Option<[(GgmlType, Arc<DeviceBuffer>, usize); 3]>,
+}
+
+/// Working vectors of one token (device memory, reused).
+struct Scratch {
+    h: Arc<DeviceBuffer>,
+    x: Arc<DeviceBuffer>,
+    z: Arc<DeviceBuffer>,
+    p: Arc<DeviceBuffer>,
+    g: Arc<DeviceBuffer>,
+    u: Arc<DeviceBuffer>,
+    a: Arc<DeviceBuffer>,
+    /// One output per routed expert of a layer, then the shared one.
+    o: Vec<Arc<DeviceBuffer>>,
+    y: Arc<DeviceBuffer>,
+    /// Pinned host staging of the embedding row.
+    up_h: PinnedBuf,
+}
+
+/// The stack on one CUDA device.
+pub struct CudaMoe<'a> {
+    dev: Arc<CudaDevice>,
+    engine: &'a Engine,
+    model: &'a Ds4Model,
+    w: &'a MoeWeights,
+    layers: Vec<GpuLayer>,
+    s: Scratch,
+    /// Expert slab: `slots` × expert bytes (gate | up | down).
+    slab: Arc<DeviceBuffer>,
+    expert_bytes: usize,
+    /// Offsets of up and down inside an expert, and the three types.
+    parts: [(usize, usize, GgmlType); 3],
+    ff: usize,
+    cache: ExpertCache,
+    pending: HashMap<SlotId, (Ticket, Instant)>,
+    bytes_streamed: u64,
+    stall: Duration,
+    prefetched: u64,
+    hist: Histogram<u64>,
+}
+
+fn upload(dev: &CudaDevice, bytes: &[u8]) -> Result<Arc<DeviceBuffer>, DecodeError> {
+    let buf = Arc::new(dev.alloc(bytes.len().max(4)).map_err(dev_err("alloc"))?);
+    if !bytes.is_empty() {
+        let mut p = dev
+            .alloc_pinned(bytes.len())
+            .map_err(dev_err("alloc pinned"))?;
+        p.as_mut_slice().map_err(dev_err("pinned"))?[..bytes.len()].copy_from_slice(bytes);
+        dev.copy_h2d_async(&mut p, 0, &buf, 0, bytes.len())
+            .map_err(dev_err("upload"))?;
+        p.wait().map_err(dev_err("upload"))?;
+    }
+    Ok(buf)
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl<'a> CudaMoe<'a> {
+    /// Uploads the resident weights and makes a slab of `slots` experts (`None`: one slot per
+    /// expert, all read now: the resident run).
+    pub fn new(
+        dev: Arc<CudaDevice>,
+        engine: &'a Engine,
+        model: &'a Ds4Model,
+        w: &'a MoeWeights,
+        slots: Option<usize>,
+        policy: PolicyKind,
+    ) -> Result<Self, DecodeError> {
+        let p = &w.params;
+        let (e, x) = (p.n_embd, p.n_expert);
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for lw in &w.layers {
+            let shared = match &lw.shared {
+                Some([g, u, d]) => {
+                    let rows = g.1.len()
+                        / crate::compute::row_bytes(g.0, e).map_err(|err| {
+                            DecodeError::Compute {
+                                what: "shared expert".into(),
+                                source: err,
+                            }
+                        })?;
+                    Some([
+                        (g.0, upload(&dev, &g.1)?, rows),
+                        (u.0, upload(&dev, &u.1)?, rows),
+                        (d.0, upload(&dev, &d.1)?, e),
+                    ])
+                }
+                None => None,
+            };
+            layers.push(GpuLayer {
+                norm: upload(&dev, &f32_bytes(&lw.ffn_norm))?,
+                router: upload(&dev, &lw.router)?,
+                shared,
+            });
+        }
+        let first = model
+            .layers
+            .first()
+            .ok_or_else(|| DecodeError::Cache("a model without layers".into()))?;
+        let part = |k: ExpertKind| {
+            let r = first.routed(k);
+            (r.expert_bytes as usize, r.tensor.ggml_type)
+        };
+        let (gb, gt) = part(ExpertKind::Gate);
+        let (ub, ut) = part(ExpertKind::Up);
+        let (db, dt) = part(ExpertKind::Down);
+        let expert_bytes = gb + ub + db;
+        let ff = model.shape.expert_ff as usize;
+        let shared_ff = layers
+            .iter()
+            .filter_map(|l| l.shared.as_ref().map(|s| s[0].2))
+            .max()
+            .unwrap_or(0);
+        let vec = |n: usize| -> Result<Arc<DeviceBuffer>, DecodeError> {
+            Ok(Arc::new(dev.alloc(n.max(1) * 4).map_err(dev_err("alloc"))?))
+        };
+        let k = p.n_used;
+        let s = Scratch {
+            h: vec(e)?,
+            x: vec(e)?,
+            z: vec(x)?,
+            p: vec(x)?,
+            g: vec(ff.max(shared_ff))?,
+            u: vec(ff.max(shared_ff))?,
+            a: vec(ff.max(shared_ff))?,
+            o: (0..=k).map(|_| vec(e)).collect::<Result<_, _>>()?,
+            y: vec(e)?,
+            up_h: dev.alloc_pinned(e * 4).map_err(dev_err("alloc pinned"))?,
+        };
+        let total = model.n_routed_experts() as usize;
+        let n_slots = slots.unwrap_or(total).min(total);
+        let slab_len = n_slots
+            .checked_mul(expert_bytes)
+            .ok_or_else(|| DecodeError::Cache("slab size overflows".into()))?;
+        let slab = Arc::new(dev.alloc(slab_len).map_err(dev_err("expert slab"))?);
+        let cache = ExpertCache::new(n_slots, k, expert_bytes as u64, policy)
+            .map_err(|e| DecodeError::Cache(e.to_string()))?;
+        let mut me = Self {
+            dev,
+            engine,
+            model,
+            w,
+            layers,
+            s,
+            slab,
+            expert_bytes,
+            parts: [(0, gb, gt), (gb, ub, ut), (gb + ub, db, dt)],
+            ff,
+            cache,
+            pending: HashMap::new(),
+            bytes_streamed: 0,
+            stall: Duration::ZERO,
+            prefetched: 0,
+            hist: Histogram::new(3).expect("3 significant figures is valid"),
+        };
+        if slots.is_none() {
+            // Resident: every expert read now, layer by layer.
+            for l in 0..model.layers.len() {
+                let ids: Vec<u32> = (0..model.shape.n_expert as u32).collect();
+                for chunk in ids.chunks(k) {
+                    let slots = me.request(l, chunk, false)?;
+                    for s in slots {
+                        me.ready(s)?;
+                    }
+                    me.cache.unpin_all();
+                }
+            }
+            me.bytes_streamed = 0;
+        }
+        Ok(me)
+    }
+
+    /// Looks up experts `ids` of `layer`, queueing reads for the misses (into their slots).
+    /// Returns the slots in order. A prefetch stops when the cache is full.
+    fn request(
+        &mut self,
+        layer: usize,
+        ids: &[u32],
+        prefetch: bool,
+    ) -> Result<Vec<SlotId>, DecodeError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for &e in ids {
+            let key = ExpertKey::new(layer as u16, e as u16);
+            let found = match self.cache.lookup(key) {
+                Err(CacheError::Full { .. }) if prefetch => break,
+                Err(CacheError::Full { .. }) => {
+                    let keep = out.clone();
+                    let others: Vec<SlotId> = self
+                        .pending
+                        .keys()
+                        .copied()
+                        .filter(|s| !keep.contains(s))
+                        .collect();
+                    for s in others {
+                        self.ready(s)?;
+                    }
+                    self.cache.lookup(key)
+                }
+                r => r,
+            };
+            match found.map_err(|e| DecodeError::Cache(e.to_string()))? {
+                Lookup::Hit(s) | Lookup::Loading(s) => out.push(s),
+                Lookup::Miss { slot, .. } => {
+                    let mut reqs = Vec::with_capacity(3);
+                    for (i, kind) in [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let sl = self
+                            .model
+                            .expert_slice(layer as u64, kind, e as u64)
+                            .map_err(|err| DecodeError::Cache(err.to_string()))?;
+                        let at = slot as usize * self.expert_bytes + self.parts[i].0;
+                        reqs.push(ReadRequest::new(
+                            sl.offset,
+                            sl.len as usize,
+                            self.slab.clone(),
+                            at,
+                        ));
+                    }
+                    let t = self
+                        .engine
+                        .submit(reqs)
+                        .map_err(|source| DecodeError::Read {
+                            what: format!("expert {e} of layer {layer}"),
+                            source,
+                        })?;
+                    self.bytes_streamed += self.expert_bytes as u64;
+                    self.pending.insert(slot, (t, Instant::now()));
+                    out.push(slot);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits until `slot`'s bytes are in device memory (no-op for a resident slot).
+    fn ready(&mut self, slot: SlotId) -> Result<(), DecodeError> {
+        let Some((t, since)) = self.pending.remove(&slot) else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let r = t.wait();
+        self.stall += t0.elapsed();
+        match r {
+            Ok(()) => {
+                let _ = self
+                    .hist
+                    .record((since.elapsed().as_micros() as u64).max(1));
+                self.cache
+                    .fill_done(slot)
+                    .map_err(|e| DecodeError::Cache(e.to_string()))
+            }
+            Err(source) => {
+                let _ = self.cache.fill_failed(slot);
+                Err(DecodeError::Read {
+                    what: format!("expert slot {slot}"),
+                    source,
+                })
+            }
+        }
+    }
+
+    fn is_pending(&self, slot: SlotId) -> bool {
+        self.pending.contains_key(&slot)
+    }
+
+    /// gate/up matvecs, SwiGLU-clamp, down matvec of the expert in `slot` into `out`.
+    fn expert(&self, slot: SlotId, out: &Arc<DeviceBuffer>, clamp: f32) -> Result<(), DeviceError> {
+        let (e, ff, s) = (self.w.params.n_embd, self.ff, &self.s);
+        let base = slot as usize * self.expert_bytes;
+        let [(go, _, gt), (uo, _, ut), (dof, _, dt)] = self.parts;
+        self.dev
+            .matvec(gt, &self.slab, base + go, &s.x, &s.g, ff, e)?;
+        self.dev
+            .matvec(ut, &self.slab, base + uo, &s.x, &s.u, ff, e)?;
+        self.dev.swiglu_clamp(&s.g, &s.u, &s.a, ff, clamp)?;
+        self.dev
+            .matvec(dt, &self.slab, base + dof, &s.a, out, e, ff)
+    }
+
+    /// Token `t` through every layer on the GPU: h (read back) and the routing.
+    pub fn token(&mut self, t: u32) -> Result<(Vec<f32>, Vec<TokenTrace>), DecodeError> {
+        let w = self.w;
+        let p = &w.params;
+        let (e, k) = (p.n_embd, p.n_used);
+        if u64::from(t) >= p.vocab {
+            return Err(DecodeError::Token {
+                id: t.into(),
+                vocab: p.vocab,
+            });
+        }
+        // The embedding row (F16) to f32 on the host, uploaded into h.
+        let te = &w.token_embd;
+        let row = self
+            .engine
+            .read_bytes(te.offset + u64::from(t) * (e as u64 * 2), e * 2)
+            .map_err(|source| DecodeError::Read {
+                what: format!("{} row {t}", te.name),
+                source,
+            })?;
+        {
+            let dst = self.s.up_h.as_mut_slice().map_err(dev_err("pinned"))?;
+            for (i, c) in row.chunks_exact(2).enumerate() {
+                let v = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+                dst[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        self.dev
+            .copy_h2d_async(&mut self.s.up_h, 0, &self.s.h, 0, e * 4)
+            .map_err(dev_err("upload h"))?;
+        self.s.up_h.wait().map_err(dev_err("upload h"))?;
+        // Hash layers: their experts are known from the token id; read them now.
+        for (l, lw) in w.layers.iter().enumerate() {
+            if let Some(tid) = &lw.tid2eid {
+                let ids = tid[t as usize * k..(t as usize + 1) * k].to_vec();
+                let before = self.pending.len();
+                self.request(l, &ids, true)?;
+                self.prefetched += (self.pending.len() - before) as u64;
+            }
+        }
+        let mut trace = Vec::with_capacity(w.layers.len());
+        let mut probs = vec![0u8; p.n_expert * 4];
+        for (l, lw) in w.layers.iter().enumerate() {
+            let gl = &self.layers[l];
+            let d = &self.dev;
+            d.rms_norm(&self.s.h, &gl.norm, &self.s.x, e, p.eps)
+                .map_err(dev_err("rms_norm"))?;
+            d.matvec(
+                GgmlType::F16,
+                &gl.router,
+                0,
+                &self.s.x,
+                &self.s.z,
+                p.n_expert,
+                e,
+            )
+            .map_err(dev_err("router"))?;
+            d.sqrt_softplus(&self.s.z, &self.s.p, p.n_expert)
+                .map_err(dev_err("sqrt_softplus"))?;
+            // Waits for every kernel so far: nothing reads a slot the reads below may reuse.
+            d.read_d2h(&self.s.p, 0, &mut probs)
+                .map_err(dev_err("read back router probabilities"))?;
+            let pr: Vec<f32> = probs
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            let ids: Vec<u32> = match &lw.tid2eid {
+                Some(tid) => tid[t as usize * k..(t as usize + 1) * k].to_vec(),
+                None => ops::top_k(&pr, lw.bias.as_deref(), k)
+                    .map_err(|source| DecodeError::Compute {
+                        what: "top-k".into(),
+                        source,
+                    })?
+                    .into_iter()
+                    .map(|i| i as u32)
+                    .collect(),
+            };
+            let mut wts: Vec<f32> = ids.iter().map(|&i| pr[i as usize]).collect();
+            if p.norm {
+                let sum: f32 = wts.iter().sum();
+                for v in &mut wts {
+                    *v /= sum;
+                }
+            }
+            for v in &mut wts {
+                *v *= p.scale;
+            }
+            let clamp = p.clamp[l];
+            let slots = self.request(l, &ids, false)?;
+            // Hits first (their kernels run while the misses are read), then the misses.
+            for (j, &slot) in slots.iter().enumerate() {
+                if !self.is_pending(slot) {
+                    self.expert(slot, &self.s.o[j], clamp)
+                        .map_err(dev_err("routed expert"))?;
+                }
+            }
+            for (j, &slot) in slots.iter().enumerate() {
+                if self.is_pending(slot) {
+                    self.ready(slot)?;
+                    self.expert(slot, &self.s.o[j], clamp)
+                        .map_err(dev_err("routed expert"))?;
+                }
+            }
+            let s = &self.s;
+            self.dev.zero(&s.y, 0, e * 4).map_err(dev_err("zero y"))?;
+            for (j, &wj) in wts.iter().enumerate() {
+                self.dev
+                    .weighted_add(&s.y, &s.o[j], wj, e)
+                    .map_err(dev_err("weighted sum"))?;
+            }
+            if let Some([(gt, g, rows), (ut, u, _), (dt, dw, _)]) = &self.layers[l].shared {
+                let d = &self.dev;
+                d.matvec(*gt, g, 0, &s.x, &s.g, *rows, e)
+                    .map_err(dev_err("shared"))?;
+                d.matvec(*ut, u, 0, &s.x, &s.u, *rows, e)
+                    .map_err(dev_err("shared"))?;
+                d.swiglu_clamp(&s.g, &s.u, &s.a, *rows, clamp)
+                    .map_err(dev_err("shared"))?;
+                d.matvec(*dt, dw, 0, &s.a, &s.o[k], e, *rows)
+                    .map_err(dev_err("shared"))?;
+                d.weighted_add(&s.y, &s.o[k], 1.0, e)
+                    .map_err(dev_err("shared"))?;
+            }
+            self.dev
+                .weighted_add(&s.h, &s.y, 1.0, e)
+                .map_err(dev_err("residual"))?;
+            self.cache.unpin_all();
+            trace.push(TokenTrace {
+                layer: l,
+                experts: ids,
+                weights: wts,
+            });
+        }
+        let mut hb = vec![0u8; e * 4];
+        self.dev
+            .read_d2h(&self.s.h, 0, &mut hb)
+            .map_err(dev_err("read back h"))?;
+        let h = hb
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        Ok((h, trace))
+    }
+
+    pub fn stats(&self) -> FetchStats {
+        FetchStats {
+            cache: self.cache.stats(),
+            bytes_streamed: self.bytes_streamed,
+            stall: self.stall,
+            fetch_p50_us: self.hist.value_at_quantile(0.5),
+            fetch_p99_us: self.hist.value_at_quantile(0.99),
+            fetch_max_us: self.hist.max(),
+            prefetched: self.prefetched,
+        }
+    }
+}
