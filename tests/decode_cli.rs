@@ -7,26 +7,7 @@
 
 mod gen_util;
 
-use gen_util::{ds4, gen_model, run_py};
-use std::path::Path;
-
-fn run_json(args: &[&str]) -> serde_json::Value {
-    let o = ds4().args(args).arg("--json").output().expect("spawn ds4");
-    assert!(
-        o.status.success(),
-        "ds4 {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).expect("one JSON object")
-}
-
-fn f32s(p: &Path) -> Vec<f32> {
-    std::fs::read(p)
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
+use gen_util::{ds4, gen_model, read_f32s, rel_l2, run_ds4_json, run_py};
 
 fn against_oracle(scale: &str, tokens: &str) {
     let dir = tempfile::tempdir().unwrap();
@@ -35,7 +16,7 @@ fn against_oracle(scale: &str, tokens: &str) {
     let ours = dir.path().join("ours.f32");
     let theirs = dir.path().join("numpy.f32");
     let m = model.to_str().unwrap();
-    run_json(&[
+    run_ds4_json(&[
         "-m",
         m,
         "--tokens",
@@ -44,15 +25,7 @@ fn against_oracle(scale: &str, tokens: &str) {
         ours.to_str().unwrap(),
     ]);
     run_py("moe_oracle.py", &[m, theirs.to_str().unwrap(), tokens]);
-    let (a, b) = (f32s(&ours), f32s(&theirs));
-    assert_eq!(a.len(), b.len(), "{scale}: dump lengths");
-    let diff: f64 = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| ((x - y) as f64).powi(2))
-        .sum::<f64>();
-    let norm: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum::<f64>();
-    let rel = (diff / norm).sqrt();
+    let rel = rel_l2(&read_f32s(&ours), &read_f32s(&theirs));
     assert!(
         rel <= 1e-5,
         "{scale}: relative L2 error {rel:e} against numpy"
@@ -78,7 +51,7 @@ fn streamed_equals_resident_at_every_cache_size() {
     gen_model(&model, &["--scale", "tiny"]);
     let m = model.to_str().unwrap();
     let base = ["-m", m, "-n", "24", "--seed", "5"];
-    let resident = run_json(&base)["digest"].clone();
+    let resident = run_ds4_json(&base)["digest"].clone();
     assert!(resident.as_str().is_some_and(|d| d.len() == 64));
     for (slots, policy, cold) in [
         ("6", "lru", false),
@@ -94,7 +67,7 @@ fn streamed_equals_resident_at_every_cache_size() {
         if cold {
             args.push("--ssd-streaming-cold");
         }
-        let v = run_json(&args);
+        let v = run_ds4_json(&args);
         assert_eq!(v["digest"], resident, "{slots} {policy} cold={cold}");
         let c = &v["cache"];
         let lookups = c["stats"]["hits"].as_u64().unwrap()
@@ -110,7 +83,7 @@ fn trace_and_dump_have_the_documented_shape() {
     let model = dir.path().join("tiny.gguf");
     gen_model(&model, &["--scale", "tiny"]);
     let (trace, dump) = (dir.path().join("t.jsonl"), dir.path().join("h.f32"));
-    let v = run_json(&[
+    let v = run_ds4_json(&[
         "-m",
         model.to_str().unwrap(),
         "--tokens",
@@ -142,7 +115,7 @@ fn trace_and_dump_have_the_documented_shape() {
     }
     // Token 5 twice: the same routing and the same hidden state.
     assert_eq!(rows[0]["experts"], rows[2 * layers]["experts"]);
-    let h = f32s(&dump);
+    let h = read_f32s(&dump);
     let e = h.len() / 3;
     assert_eq!(h[..e], h[2 * e..]);
     // The digest is the SHA-256 of exactly the dump's bytes (checked by recomputing it).

@@ -12,26 +12,7 @@
 mod engine_util;
 mod gen_util;
 
-use gen_util::{ds4, gen_model};
-use std::path::Path;
-
-fn run_json(args: &[&str]) -> serde_json::Value {
-    let o = ds4().args(args).arg("--json").output().expect("spawn ds4");
-    assert!(
-        o.status.success(),
-        "ds4 {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).expect("one JSON object")
-}
-
-fn f32s(p: &Path) -> Vec<f32> {
-    std::fs::read(p)
-        .unwrap()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
+use gen_util::{gen_model, read_f32s, rel_l2, run_ds4_json};
 
 #[test]
 fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
@@ -49,22 +30,14 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
     let mut host = vec!["-m", m, "--backend", "host", "--dump-hidden"];
     host.push(host_dump.to_str().unwrap());
     host.extend(tokens);
-    let h = run_json(&host);
+    let h = run_ds4_json(&host);
     let mut gpu = vec!["-m", m, "--backend", "cuda", "--dump-hidden"];
     let gpu_dump = dump("gpu.f32");
     gpu.push(gpu_dump.to_str().unwrap());
     gpu.extend(tokens);
-    let g = run_json(&gpu);
+    let g = run_ds4_json(&gpu);
     assert_eq!(g["backend"], "cuda");
-    let (a, b) = (f32s(&gpu_dump), f32s(&host_dump));
-    assert_eq!(a.len(), b.len());
-    let diff: f64 = a
-        .iter()
-        .zip(&b)
-        .map(|(x, y)| ((x - y) as f64).powi(2))
-        .sum();
-    let norm: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    let rel = (diff / norm).sqrt();
+    let rel = rel_l2(&read_f32s(&gpu_dump), &read_f32s(&host_dump));
     assert!(rel <= 1e-5, "GPU vs host: relative L2 error {rel:e}");
     eprintln!(
         "GPU vs host reference: relative L2 error {rel:e}; host digest {}",
@@ -84,7 +57,7 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
             policy,
         ]);
         s.extend(tokens);
-        let v = run_json(&s);
+        let v = run_ds4_json(&s);
         assert_eq!(
             v["digest"], g["digest"],
             "streamed ({slots}, {policy}) vs resident on the GPU"

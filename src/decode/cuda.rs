@@ -18,7 +18,7 @@
 //! experts are read at token start like on the host.
 
 use super::{DecodeError, FetchStats, MoeWeights, TokenTrace};
-use crate::compute::{f16::f16_to_f32, ops};
+use crate::compute::f16::f16_to_f32;
 use crate::device::cuda::CudaDevice;
 use crate::device::{Device, DeviceBuffer, DeviceError, PinnedBuf};
 use crate::engine::{Engine, ReadRequest, Ticket};
@@ -388,27 +388,7 @@ impl<'a> CudaMoe<'a> {
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect();
-            let ids: Vec<u32> = match &lw.tid2eid {
-                Some(tid) => tid[t as usize * k..(t as usize + 1) * k].to_vec(),
-                None => ops::top_k(&pr, lw.bias.as_deref(), k)
-                    .map_err(|source| DecodeError::Compute {
-                        what: "top-k".into(),
-                        source,
-                    })?
-                    .into_iter()
-                    .map(|i| i as u32)
-                    .collect(),
-            };
-            let mut wts: Vec<f32> = ids.iter().map(|&i| pr[i as usize]).collect();
-            if p.norm {
-                let sum: f32 = wts.iter().sum();
-                for v in &mut wts {
-                    *v /= sum;
-                }
-            }
-            for v in &mut wts {
-                *v *= p.scale;
-            }
+            let (ids, wts) = super::stack::route(p, lw, t, &pr)?;
             let clamp = p.clamp[l];
             let slots = self.request(l, &ids, false)?;
             // Hits first (their kernels run while the misses are read), then the misses.

@@ -66,7 +66,7 @@ impl<'a> MoeStack<'a> {
     ) -> Result<(Vec<f32>, Vec<TokenTrace>), DecodeError> {
         let w = self.weights;
         let p = &w.params;
-        let (e, k) = (p.n_embd, p.n_used);
+        let e = p.n_embd;
         let mut h = self.embed(t)?;
         experts.begin_token(t, w)?;
         let mut trace = Vec::with_capacity(w.layers.len());
@@ -78,24 +78,7 @@ impl<'a> MoeStack<'a> {
             compute::matvec(GgmlType::F16, &lw.router, p.n_expert, e, &x, &mut z)
                 .map_err(comp("router"))?;
             ops::sqrt_softplus_slice(&z, &mut pr).map_err(comp("sqrt(softplus)"))?;
-            let ids: Vec<u32> = match &lw.tid2eid {
-                Some(tid) => tid[t as usize * k..(t as usize + 1) * k].to_vec(),
-                None => ops::top_k(&pr, lw.bias.as_deref(), k)
-                    .map_err(comp("top-k"))?
-                    .into_iter()
-                    .map(|i| i as u32)
-                    .collect(),
-            };
-            let mut wts: Vec<f32> = ids.iter().map(|&i| pr[i as usize]).collect();
-            if p.norm {
-                let sum: f32 = wts.iter().sum();
-                for v in &mut wts {
-                    *v /= sum;
-                }
-            }
-            for v in &mut wts {
-                *v *= p.scale;
-            }
+            let (ids, wts) = route(p, lw, t, &pr)?;
             let clamp = p.clamp[l];
             // Hits first, misses as they land; the sum below is in router order regardless.
             let fetches = experts.request(l, &ids)?;
@@ -145,6 +128,38 @@ impl<'a> MoeStack<'a> {
         }
         Ok((h, trace))
     }
+}
+
+/// The experts of token `t` at one layer and their final weights, from the router's
+/// probabilities `pr` (MOE_STACK.md: hash layers take `tid2eid[t]`, others the top-k of p + bias;
+/// weights from p, normalised when `norm`, then scaled). Shared by every backend: the routing is
+/// computed on the host everywhere.
+pub(crate) fn route(
+    p: &super::MoeParams,
+    lw: &super::weights::LayerWeights,
+    t: u32,
+    pr: &[f32],
+) -> Result<(Vec<u32>, Vec<f32>), DecodeError> {
+    let k = p.n_used;
+    let ids: Vec<u32> = match &lw.tid2eid {
+        Some(tid) => tid[t as usize * k..(t as usize + 1) * k].to_vec(),
+        None => ops::top_k(pr, lw.bias.as_deref(), k)
+            .map_err(comp("top-k"))?
+            .into_iter()
+            .map(|i| i as u32)
+            .collect(),
+    };
+    let mut wts: Vec<f32> = ids.iter().map(|&i| pr[i as usize]).collect();
+    if p.norm {
+        let sum: f32 = wts.iter().sum();
+        for v in &mut wts {
+            *v /= sum;
+        }
+    }
+    for v in &mut wts {
+        *v *= p.scale;
+    }
+    Ok((ids, wts))
 }
 
 /// SHA-256 (hex) of hidden states as dumped: token-major little-endian f32.

@@ -81,3 +81,31 @@ pub fn dir_names(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// Runs `ds4 args… --json`, asserts success and returns its one JSON object.
+pub fn run_ds4_json(args: &[&str]) -> serde_json::Value {
+    let o = ds4().args(args).arg("--json").output().expect("spawn ds4");
+    assert!(
+        o.status.success(),
+        "ds4 {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("one JSON object")
+}
+
+/// A file of little-endian f32 (a `--dump-hidden` output).
+pub fn read_f32s(p: &Path) -> Vec<f32> {
+    std::fs::read(p)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Relative L2 distance of `a` from the reference `b`.
+pub fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths");
+    let diff: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let norm: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (diff / norm).sqrt()
+}
