@@ -75,6 +75,27 @@ fn streamed_equals_resident_at_every_cache_size() {
             + c["stats"]["misses"].as_u64().unwrap();
         assert!(lookups >= 24 * 4 * 6, "{slots}: {lookups} lookups");
     }
+    // Preloaded from a recorded trace, and the first layers resident: still the same result.
+    let trace = dir.path().join("t.jsonl");
+    let mut rec = base.to_vec();
+    rec.extend(["--record-trace", trace.to_str().unwrap()]);
+    run_ds4_json(&rec);
+    let pop = dir.path().join("pop.txt");
+    std::fs::write(&pop, "3 1 10\n3 2 5\n# comment\n\n2 7 1\n").unwrap();
+    for (source, full) in [(&trace, "0"), (&trace, "2"), (&pop, "1")] {
+        let mut args = base.to_vec();
+        args.extend(["--ssd-streaming", "--ssd-streaming-cache-experts", "12"]);
+        args.extend(["--ssd-streaming-popularity", source.to_str().unwrap()]);
+        args.extend(["--ssd-streaming-full-layers", full]);
+        let v = run_ds4_json(&args);
+        assert_eq!(
+            v["digest"], resident,
+            "preload from {source:?}, {full} full layers"
+        );
+        let pre = v["cache"]["preloaded"].as_u64().unwrap();
+        assert!(pre > 0 && pre <= 12, "{source:?}: {pre} preloaded");
+        assert_eq!(v["cache"]["full_layers"], full.parse::<u64>().unwrap());
+    }
 }
 
 #[test]

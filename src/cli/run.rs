@@ -45,6 +45,17 @@ pub struct Args {
     /// Cold streaming: unbuffered reads (no page cache), no preload.
     #[arg(long)]
     pub ssd_streaming_cold: bool,
+    /// Where preloading learns which experts are hot: a popularity file (`layer expert hits`
+    /// per line) or a routing trace written by --record-trace.
+    #[arg(long, value_name = "FILE")]
+    pub ssd_streaming_popularity: Option<PathBuf>,
+    /// Experts read into the cache before the first token, most used first (needs
+    /// --ssd-streaming-popularity). Default: min(cache size, 4096).
+    #[arg(long, value_name = "N")]
+    pub ssd_streaming_preload_experts: Option<usize>,
+    /// Keep every expert of the first N layers resident (outside the cache).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub ssd_streaming_full_layers: usize,
     /// Expert cache policy (lru, lfu-decay, or an adaptive one; default: the measured best).
     #[arg(long)]
     pub cache_policy: Option<String>,
@@ -171,6 +182,51 @@ fn cache_slots(a: &Args, model: &Ds4Model) -> Result<(usize, String), CliError> 
     ))
 }
 
+/// The experts to preload: the most used of `--ssd-streaming-popularity` (none without it, or
+/// with `--ssd-streaming-cold`).
+fn preload_keys(
+    a: &Args,
+    model: &Ds4Model,
+    slots: usize,
+) -> Result<Vec<crate::expert_cache::ExpertKey>, CliError> {
+    let Some(f) = a
+        .ssd_streaming_popularity
+        .as_ref()
+        .filter(|_| !a.ssd_streaming_cold)
+    else {
+        if a.ssd_streaming_preload_experts.is_some_and(|n| n > 0) && !a.ssd_streaming_cold {
+            return Err(CliError::bad_input(
+                "--ssd-streaming-preload-experts needs --ssd-streaming-popularity FILE",
+            ));
+        }
+        return Ok(Vec::new());
+    };
+    let text = std::fs::read_to_string(f)
+        .map_err(|e| CliError::bad_input(format!("{}: {e}", f.display())))?;
+    let what = f.display().to_string();
+    let counts = if text.trim_start().starts_with('{') {
+        let t = crate::expert_cache::trace::read_record_trace(text.as_bytes())
+            .map_err(|e| CliError::bad_input(format!("{what}: {}", chain(&e))))?;
+        let mut c: std::collections::HashMap<crate::expert_cache::ExpertKey, u64> =
+            Default::default();
+        for k in &t.keys {
+            crate::decode::checked_key(k.layer.into(), k.expert.into(), model)
+                .map_err(|e| CliError::bad_input(format!("{what}: {e}")))?;
+            *c.entry(*k).or_default() += 1;
+        }
+        c.into_iter().collect()
+    } else {
+        crate::decode::parse_popularity(&text, &what, model)
+            .map_err(|e| CliError::bad_input(chain(&e)))?
+    };
+    let n = a.ssd_streaming_preload_experts.unwrap_or(slots.min(4096));
+    Ok(crate::decode::most_used(
+        counts,
+        n,
+        a.ssd_streaming_full_layers,
+    ))
+}
+
 /// The device the run reads into, and the CUDA device when the stack runs on it.
 #[cfg(feature = "cuda")]
 type CudaHandle = std::sync::Arc<crate::device::cuda::CudaDevice>;
@@ -250,6 +306,8 @@ struct RunInfo {
     slots: usize,
     how: String,
     policy: PolicyKind,
+    preloaded: usize,
+    full_layers: usize,
 }
 
 /// Opens (generating `--demo`'s model first if needed) and runs.
@@ -295,11 +353,13 @@ pub fn run(a: Args) -> CliResult {
         None => PolicyKind::DEFAULT,
     };
     let (slots, how) = cache_slots(&a, &model)?;
+    let preload = preload_keys(&a, &model, slots)?;
+    let mut preloaded = 0usize;
     let t_load = Instant::now();
     let mut runner = match cuda {
         #[cfg(feature = "cuda")]
-        Some(dev) => Runner::Cuda(Box::new(
-            crate::decode::CudaMoe::new(
+        Some(dev) => {
+            let mut c = crate::decode::CudaMoe::new(
                 dev,
                 &engine,
                 &model,
@@ -307,14 +367,26 @@ pub fn run(a: Args) -> CliResult {
                 a.ssd_streaming.then_some(slots),
                 policy,
             )
-            .map_err(bad)?,
-        )),
+            .map_err(bad)?;
+            if a.ssd_streaming {
+                c = c
+                    .with_full_layers(a.ssd_streaming_full_layers)
+                    .map_err(bad)?;
+                preloaded = c.preload(&preload).map_err(bad)?;
+            }
+            Runner::Cuda(Box::new(c))
+        }
         #[cfg(not(feature = "cuda"))]
         Some(never) => match never {},
         None => Runner::Host(
             MoeStack::new(&weights, &engine),
             if a.ssd_streaming {
-                Box::new(StreamedExperts::new(&engine, &model, slots, policy).map_err(bad)?)
+                let mut st = StreamedExperts::new(&engine, &model, slots, policy)
+                    .map_err(bad)?
+                    .with_full_layers(a.ssd_streaming_full_layers)
+                    .map_err(bad)?;
+                preloaded = st.preload(&preload).map_err(bad)?;
+                Box::new(st)
             } else {
                 Box::new(ResidentExperts::load(&model, &engine).map_err(bad)?)
             },
@@ -324,7 +396,10 @@ pub fn run(a: Args) -> CliResult {
     let mut hidden: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
     let mut traces: Vec<Vec<TokenTrace>> = Vec::new();
     let t0 = Instant::now();
-    let progress = !a.json && ids.len() > 1;
+    let progress = !a.json && ids.len() > 1 && {
+        use std::io::IsTerminal;
+        std::io::stderr().is_terminal()
+    };
     for (i, &t) in ids.iter().enumerate() {
         let (h, tr) = runner.token(t).map_err(bad)?;
         hidden.push(h);
@@ -354,6 +429,8 @@ pub fn run(a: Args) -> CliResult {
         slots,
         how,
         policy,
+        preloaded,
+        full_layers: a.ssd_streaming_full_layers.min(model.layers.len()),
     };
     report(&a, &path, &model, &ids, &run, &st, &digest)
 }
@@ -402,6 +479,8 @@ fn report(
         slots,
         ref how,
         policy,
+        preloaded,
+        full_layers,
     } = *run;
     let kernels = match backend {
         BackendKind::Host => "the host's reference kernels",
@@ -435,6 +514,8 @@ fn report(
                 "experts": slots,
                 "chosen_by": how,
                 "policy": policy.name(),
+                "preloaded": preloaded,
+                "full_layers": full_layers,
                 "hit_rate": hr,
                 "stats": st.cache,
             });
@@ -461,7 +542,7 @@ fn report(
     if a.ssd_streaming {
         let _ = writeln!(
             t,
-            "expert cache: {slots} experts ({how}), policy {}: hit rate {:.1}% ({} hits, {} misses, {} evictions); {:.2} MiB streamed per token; IO stall {:.1}% of the time; fetch p50 {} us, p99 {} us; {} hash-layer experts read at token start",
+            "expert cache: {slots} experts ({how}), policy {}, {preloaded} preloaded, {full_layers} full layers: hit rate {:.1}% ({} hits, {} misses, {} evictions); {:.2} MiB streamed per token; IO stall {:.1}% of the time; fetch p50 {} us, p99 {} us; {} hash-layer experts read at token start",
             policy.name(),
             hr * 100.0,
             st.cache.hits + st.cache.dedup_hits,

@@ -68,6 +68,8 @@ pub struct CudaMoe<'a> {
     s: Scratch,
     /// Expert slab: `slots` × expert bytes (gate | up | down).
     slab: Arc<DeviceBuffer>,
+    /// `--ssd-streaming-full-layers`: a slab with every expert of the first n layers.
+    full: Option<(Arc<DeviceBuffer>, usize)>,
     expert_bytes: usize,
     /// Offsets of up and down inside an expert, and the three types.
     parts: [(usize, usize, GgmlType); 3],
@@ -186,6 +188,7 @@ impl<'a> CudaMoe<'a> {
             layers,
             s,
             slab,
+            full: None,
             expert_bytes,
             parts: [(0, gb, gt), (gb, ub, ut), (gb + ub, db, dt)],
             ff,
@@ -310,16 +313,94 @@ impl<'a> CudaMoe<'a> {
 
     /// gate/up matvecs, SwiGLU-clamp, down matvec of the expert in `slot` into `out`.
     fn expert(&self, slot: SlotId, out: &Arc<DeviceBuffer>, clamp: f32) -> Result<(), DeviceError> {
+        self.expert_at(&self.slab, slot as usize * self.expert_bytes, out, clamp)
+    }
+
+    /// The same for the expert stored at `buf[base..]`.
+    fn expert_at(
+        &self,
+        buf: &Arc<DeviceBuffer>,
+        base: usize,
+        out: &Arc<DeviceBuffer>,
+        clamp: f32,
+    ) -> Result<(), DeviceError> {
         let (e, ff, s) = (self.w.params.n_embd, self.ff, &self.s);
-        let base = slot as usize * self.expert_bytes;
         let [(go, _, gt), (uo, _, ut), (dof, _, dt)] = self.parts;
-        self.dev
-            .matvec(gt, &self.slab, base + go, &s.x, &s.g, ff, e)?;
-        self.dev
-            .matvec(ut, &self.slab, base + uo, &s.x, &s.u, ff, e)?;
+        self.dev.matvec(gt, buf, base + go, &s.x, &s.g, ff, e)?;
+        self.dev.matvec(ut, buf, base + uo, &s.x, &s.u, ff, e)?;
         self.dev.swiglu_clamp(&s.g, &s.u, &s.a, ff, clamp)?;
-        self.dev
-            .matvec(dt, &self.slab, base + dof, &s.a, out, e, ff)
+        self.dev.matvec(dt, buf, base + dof, &s.a, out, e, ff)
+    }
+
+    /// Makes the first `n` layers' experts resident in a slab of their own (read now), outside
+    /// the cache (`--ssd-streaming-full-layers`).
+    pub fn with_full_layers(mut self, n: usize) -> Result<Self, DecodeError> {
+        let n = n.min(self.model.layers.len());
+        let x = self.model.shape.n_expert as usize;
+        let len = n * x * self.expert_bytes;
+        let slab = Arc::new(self.dev.alloc(len).map_err(dev_err("full-layer slab"))?);
+        for l in 0..n {
+            let mut reqs = Vec::with_capacity(3 * x);
+            for e in 0..x {
+                for (i, kind) in [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let sl = self
+                        .model
+                        .expert_slice(l as u64, kind, e as u64)
+                        .map_err(|err| DecodeError::Cache(err.to_string()))?;
+                    let at = (l * x + e) * self.expert_bytes + self.parts[i].0;
+                    reqs.push(ReadRequest::new(
+                        sl.offset,
+                        sl.len as usize,
+                        slab.clone(),
+                        at,
+                    ));
+                }
+            }
+            self.engine
+                .submit(reqs)
+                .and_then(|t| t.wait())
+                .map_err(|source| DecodeError::Read {
+                    what: format!("the experts of layer {l}"),
+                    source,
+                })?;
+        }
+        self.full = Some((slab, n));
+        Ok(self)
+    }
+
+    /// Reads `keys` into the cache before the first token (stops when the cache is full).
+    /// Returns how many were read.
+    pub fn preload(&mut self, keys: &[ExpertKey]) -> Result<usize, DecodeError> {
+        let skip = self.full.as_ref().map_or(0, |f| f.1);
+        let mut n = 0;
+        for chunk in keys.chunks(64) {
+            let mut slots = Vec::new();
+            let mut stopped = false;
+            for k in chunk.iter().filter(|k| k.layer as usize >= skip) {
+                let got = self.request(k.layer as usize, &[k.expert as u32], true)?;
+                if got.is_empty() {
+                    stopped = true;
+                    break;
+                }
+                slots.extend(got);
+            }
+            for s in slots {
+                if self.is_pending(s) {
+                    self.ready(s)?;
+                    n += 1;
+                }
+            }
+            self.cache.unpin_all();
+            if stopped {
+                break;
+            }
+        }
+        self.bytes_streamed = 0;
+        self.hist.reset();
+        Ok(n)
     }
 
     /// Token `t` through every layer on the GPU: h (read back) and the routing.
@@ -354,7 +435,8 @@ impl<'a> CudaMoe<'a> {
             .map_err(dev_err("upload h"))?;
         self.s.up_h.wait().map_err(dev_err("upload h"))?;
         // Hash layers: their experts are known from the token id; read them now.
-        for (l, lw) in w.layers.iter().enumerate() {
+        let n_full = self.full.as_ref().map_or(0, |f| f.1);
+        for (l, lw) in w.layers.iter().enumerate().skip(n_full) {
             if let Some(tid) = &lw.tid2eid {
                 let ids = tid[t as usize * k..(t as usize + 1) * k].to_vec();
                 let before = self.pending.len();
@@ -390,7 +472,19 @@ impl<'a> CudaMoe<'a> {
                 .collect();
             let (ids, wts) = super::stack::route(p, lw, t, &pr)?;
             let clamp = p.clamp[l];
-            let slots = self.request(l, &ids, false)?;
+            if let Some((full, _)) = self.full.as_ref().filter(|f| l < f.1) {
+                let x = p.n_expert;
+                for (j, &id) in ids.iter().enumerate() {
+                    let base = (l * x + id as usize) * self.expert_bytes;
+                    self.expert_at(full, base, &self.s.o[j], clamp)
+                        .map_err(dev_err("routed expert"))?;
+                }
+            }
+            let slots = if l < n_full {
+                Vec::new()
+            } else {
+                self.request(l, &ids, false)?
+            };
             // Hits first (their kernels run while the misses are read), then the misses.
             for (j, &slot) in slots.iter().enumerate() {
                 if !self.is_pending(slot) {

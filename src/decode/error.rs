@@ -12,6 +12,9 @@ pub enum DecodeError {
     /// A metadata key is missing or of the wrong type.
     #[error("metadata key {key}: {why}")]
     Key { key: String, why: String },
+    /// A bad line of an input file other than the model (a popularity list).
+    #[error("{what}: {why}")]
+    Input { what: String, why: String },
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary (0..{vocab})")]
     Token { id: u64, vocab: u64 },
@@ -42,6 +45,7 @@ impl DecodeError {
             DecodeError::Tensor { .. }
                 | DecodeError::Key { .. }
                 | DecodeError::Token { .. }
+                | DecodeError::Input { .. }
                 | DecodeError::Cache(_)
         )
     }

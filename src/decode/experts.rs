@@ -102,8 +102,13 @@ pub struct ResidentExperts {
 impl ResidentExperts {
     /// Reads the three routed tensors of every layer whole (views per expert, no copies).
     pub fn load(model: &Ds4Model, engine: &Engine) -> Result<Self, DecodeError> {
-        let mut experts = Vec::with_capacity(model.layers.len());
-        for layer in &model.layers {
+        Self::load_layers(model, engine, model.layers.len())
+    }
+
+    /// The same for the first `n` layers only (`--ssd-streaming-full-layers`).
+    pub fn load_layers(model: &Ds4Model, engine: &Engine, n: usize) -> Result<Self, DecodeError> {
+        let mut experts = Vec::with_capacity(n);
+        for layer in model.layers.iter().take(n) {
             let whole = |kind: ExpertKind| -> Result<Bytes, DecodeError> {
                 let t = &layer.routed(kind).tensor;
                 engine
@@ -169,6 +174,8 @@ struct Pending {
 pub struct StreamedExperts<'a> {
     engine: &'a Engine,
     model: &'a Ds4Model,
+    /// The first layers' experts, all resident (`--ssd-streaming-full-layers`).
+    full: ResidentExperts,
     cache: ExpertCache,
     slots: Vec<Option<Arc<ExpertData>>>,
     pending: HashMap<SlotId, Pending>,
@@ -193,6 +200,9 @@ impl<'a> StreamedExperts<'a> {
         Ok(Self {
             engine,
             model,
+            full: ResidentExperts {
+                experts: Vec::new(),
+            },
             cache,
             slots: vec![None; slots],
             pending: HashMap::new(),
@@ -254,6 +264,47 @@ impl<'a> StreamedExperts<'a> {
         Ok(())
     }
 
+    /// Makes the first `n` layers' experts resident (read now, whole tensors), outside the cache.
+    pub fn with_full_layers(mut self, n: usize) -> Result<Self, DecodeError> {
+        self.full = ResidentExperts::load_layers(self.model, self.engine, n)?;
+        Ok(self)
+    }
+
+    /// Reads `keys` into the cache before the first token (most important first; stops when
+    /// the cache is full). Returns how many were read.
+    pub fn preload(&mut self, keys: &[ExpertKey]) -> Result<usize, DecodeError> {
+        let mut n = 0;
+        let mut stopped = false;
+        for chunk in keys.chunks(64) {
+            let mut queued = Vec::new();
+            for k in chunk {
+                if (k.layer as usize) < self.full.experts.len() {
+                    continue;
+                }
+                match self.lookup(k.layer as usize, k.expert as u32)? {
+                    Some((_, Some(slot))) => queued.push(slot),
+                    Some(_) => {}
+                    None => {
+                        stopped = true;
+                        break;
+                    }
+                }
+            }
+            self.queue_downs(&queued)?;
+            for s in queued {
+                self.wait(s)?;
+                n += 1;
+            }
+            self.cache.unpin_all();
+            if stopped {
+                break;
+            }
+        }
+        self.bytes_streamed = 0;
+        self.hist.reset();
+        Ok(n)
+    }
+
     /// Looks up `ids`. A demand request (`prefetch == false`) that finds every slot pinned or
     /// loading first lets the reads already in flight land (which frees their slots for
     /// eviction), then retries; a prefetch just stops there (it is only worth what fits).
@@ -263,6 +314,12 @@ impl<'a> StreamedExperts<'a> {
         ids: &[u32],
         prefetch: bool,
     ) -> Result<Vec<Fetch>, DecodeError> {
+        if let Some(l) = self.full.experts.get(layer) {
+            return Ok(ids
+                .iter()
+                .map(|&e| Fetch::Ready(l[e as usize].clone()))
+                .collect());
+        }
         let mut out = Vec::with_capacity(ids.len());
         let mut missed = Vec::new();
         for &e in ids {
@@ -306,7 +363,7 @@ impl ExpertProvider for StreamedExperts<'_> {
     fn begin_token(&mut self, token: u32, w: &MoeWeights) -> Result<(), DecodeError> {
         // Hash layers route by token id: their experts are known now. Fetch all of them.
         let k = w.params.n_used;
-        for (l, lw) in w.layers.iter().enumerate() {
+        for (l, lw) in w.layers.iter().enumerate().skip(self.full.experts.len()) {
             if let Some(t) = &lw.tid2eid {
                 let ids = t[token as usize * k..(token as usize + 1) * k].to_vec();
                 let before = self.pending.len();

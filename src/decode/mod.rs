@@ -22,6 +22,7 @@
 mod cuda;
 mod error;
 mod experts;
+mod popularity;
 mod stack;
 mod weights;
 
@@ -29,5 +30,6 @@ mod weights;
 pub use cuda::CudaMoe;
 pub use error::DecodeError;
 pub use experts::{ExpertData, ExpertProvider, FetchStats, ResidentExperts, StreamedExperts};
+pub use popularity::{checked_key, most_used, parse_popularity};
 pub use stack::{digest_hex, MoeStack, TokenTrace};
 pub use weights::{MoeParams, MoeWeights};
