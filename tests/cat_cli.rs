@@ -71,6 +71,32 @@ fn whole_tensors_experts_and_ranges() {
     assert!(o.status.success() && o.stdout.is_empty());
 }
 
+/// `--backend auto`: through the GPU where one is (cuda build on a GPU machine: file → pinned
+/// staging → device memory → read back), else through the host backend's discrete-GPU
+/// emulation (staging ring + copy thread). The bytes are the generator's either way.
+#[test]
+fn through_a_device_the_bytes_are_the_same() {
+    let (_d, p, generator) = tiny();
+    for (name, range) in [
+        ("token_embd.weight", None),
+        ("blk.3.ffn_down_exps.weight", Some("4097:99999")),
+    ] {
+        let mut args = vec![name, "--backend", "auto"];
+        if let Some(r) = range {
+            args.extend(["--range", r]);
+        }
+        let o = cat(&p, &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (off, len) = match range {
+            None => (0, generator.tensor_len(name).unwrap()),
+            Some(_) => (4097, 99999),
+        };
+        assert!(o.stdout == want(&generator, name, off, len), "{name}");
+    }
+    let o = cat(&p, &["output.weight", "--backend", "tpu"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
 #[test]
 fn bad_requests_exit_2_with_one_line() {
     let (_d, p, _gen) = tiny();

@@ -37,6 +37,11 @@ pub struct Args {
     /// the end. Decimal or 0x-hex.
     #[arg(long, value_name = "START:LEN")]
     pub range: Option<String>,
+    /// Read through this device: host (default: straight into host memory), or cuda / hip /
+    /// auto, where every chunk goes file → pinned staging → device memory and is read back
+    /// before it is written (checks the GPU path byte for byte; slower than host).
+    #[arg(long, default_value = "host")]
+    pub backend: crate::device::BackendArg,
 }
 
 /// Why a copy stopped.
@@ -104,6 +109,67 @@ fn cat_engine(a: &Args) -> Result<Engine, CliError> {
     // The header was just read from this path, so a failing open here is a runtime condition
     // (too many open files, the file replaced meanwhile), not bad input.
     open_engine(&a.file).map_err(|e| CliError::runtime(super::chain(&e)))
+}
+
+/// `cat` through a GPU: [`WINDOW`] device buffers of [`CHUNK`] bytes in a ring, each chunk
+/// read into one by the engine (staged), then read back and written, in order.
+fn copy_via_device(
+    a: &Args,
+    offset: u64,
+    len: u64,
+    out: &mut dyn Write,
+) -> Result<Result<(), CopyError>, CliError> {
+    let device = a
+        .backend
+        .open(crate::device::OpenOptions {
+            ordinal: 0,
+            unified: Some(false),
+        })
+        .map_err(|e| CliError::runtime(super::chain(&e)))?;
+    let cfg = EngineConfig {
+        workers: CAT_WORKERS,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::open(&a.file, device.clone(), cfg)
+        .map_err(|e| CliError::runtime(super::chain(&e)))?;
+    let ring: Vec<std::sync::Arc<crate::device::DeviceBuffer>> = (0..WINDOW)
+        .map(|_| device.alloc(CHUNK).map(std::sync::Arc::new))
+        .collect::<Result<_, _>>()
+        .map_err(|e| CliError::runtime(super::chain(&e)))?;
+    let dev_err = |e: crate::device::DeviceError| {
+        CopyError::Read(EngineError::Device {
+            offset: 0,
+            len: 0,
+            label: None,
+            source: e,
+        })
+    };
+    let mut host = vec![0u8; CHUNK];
+    let mut queued = VecDeque::new();
+    let (mut next, mut i) = (0u64, 0usize);
+    let c = CHUNK as u64;
+    Ok((|| {
+        loop {
+            while next < len && queued.len() < WINDOW {
+                let at = offset + next;
+                let n = (len - next).min(c - at % c) as usize;
+                let buf = ring[i % WINDOW].clone();
+                let t = engine
+                    .submit(vec![crate::engine::ReadRequest::new(at, n, buf.clone(), 0)])
+                    .map_err(CopyError::Read)?;
+                queued.push_back((t, buf, n));
+                next += n as u64;
+                i += 1;
+            }
+            let Some((t, buf, n)) = queued.pop_front() else {
+                break;
+            };
+            t.wait().map_err(CopyError::Read)?;
+            device.read_d2h(&buf, 0, &mut host[..n]).map_err(dev_err)?;
+            out.write_all(&host[..n]).map_err(CopyError::Write)?;
+        }
+        out.flush().map_err(CopyError::Write)
+    })())
 }
 
 fn parse_num(s: &str) -> Option<u64> {
@@ -212,10 +278,15 @@ pub fn run(a: Args) -> CliResult {
     // Cannot overflow: base + size is inside a parsed tensor and start + len <= size.
     let offset = base + start;
 
-    let engine = cat_engine(&a)?;
     let stdout = io::stdout();
     let mut out = stdout.lock();
-    match copy_range(&engine, offset, len, &mut out) {
+    let r = if a.backend == crate::device::BackendArg::Kind(BackendKind::Host) {
+        let engine = cat_engine(&a)?;
+        copy_range(&engine, offset, len, &mut out)
+    } else {
+        copy_via_device(&a, offset, len, &mut out)?
+    };
+    match r {
         Ok(()) => Ok(()),
         Err(CopyError::Write(e)) if is_broken_pipe(&e) => Ok(()),
         Err(CopyError::Write(e)) => Err(CliError::runtime(format!("writing stdout: {e}"))),
