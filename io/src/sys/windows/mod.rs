@@ -1,49 +1,62 @@
 //! Windows per-worker handles: the file is opened once with `CreateFileW`; each worker then calls
 //! `ReOpenFile` on that handle once, for its whole life, with `FILE_FLAG_OVERLAPPED`, and reads
 //! with `ReadFile` + an `OVERLAPPED` carrying the 64-bit offset, waiting on one manual-reset event
-//! of its own (`GetOverlappedResult(wait = TRUE)`). No shared file pointer, no per-call open (the
-//! C engine's `pread` shim opened a handle per call), no 32-bit offsets.
+//! of its own, at most [`overlapped::IO_TIMEOUT`] before the read is cancelled. No shared file
+//! pointer, no per-call open (the C engine's `pread` shim opened a handle per call), no 32-bit
+//! offsets.
 //!
 //! Unbuffered reads: when asked for ([`OpenConfig::direct`]), a worker opens a second handle
 //! lazily, `ReOpenFile(FILE_FLAG_OVERLAPPED | FILE_FLAG_NO_BUFFERING)`, and uses it for requests
-//! whose offset, length and buffer address are multiples of the sector size (from
-//! `GetFileInformationByHandleEx(FileStorageInfo)`, else 4096); large unaligned requests read
-//! their aligned middle through it and head/tail buffered ([`super::plan`]). If Windows refuses
-//! (`ERROR_INVALID_PARAMETER`, `ERROR_NOT_SUPPORTED` at open or read) the worker falls back to
-//! buffered reads for good and records why.
+//! whose offset and length are multiples of the volume's logical sector size and whose buffer
+//! address is a multiple of the physical sector size, capped at the page size ([`alignments`],
+//! from `GetFileInformationByHandleEx(FileStorageInfo)`, else 4096 for both); large unaligned
+//! requests read their aligned middle through it and head/tail buffered ([`super::plan`]). If
+//! the unbuffered handle cannot be opened (any error) or Windows refuses a read on it
+//! (`ERROR_INVALID_PARAMETER`, `ERROR_NOT_SUPPORTED`) the worker falls back to buffered reads
+//! for good and records why. Debug builds assert the alignment before every unbuffered
+//! `ReadFile` (Wine, where CI runs the Windows tests, does not enforce it).
 //!
-//! Limits: no per-range page-cache eviction exists on Windows, so `drop_cache` does nothing (the
-//! unbuffered handle is the cold mode). Paths of `MAX_PATH` length or more are opened through
-//! their absolute `\\?\` form, as std does, so a path the GGUF parser (std) opened opens here
-//! too. A read waits for its own completion before returning: one read in flight per worker; the
-//! pool's workers provide the queue depth.
+//! Calls are at most 64 MiB and halve on memory or quota errors ([`overlapped`]). Paths: see
+//! [`path`]. Limits: no per-range page-cache eviction exists on Windows, so `drop_cache` does
+//! nothing (the unbuffered handle is the cold mode), and there is no page-cache probe
+//! (`cache_probe = "none"`: with `direct`, aligned reads go unbuffered even when the file is
+//! cached; docs/WINDOWS.md, "Hot files on Windows"). A read waits for its own completion before
+//! returning: one read in flight per worker; the pool's workers provide the queue depth.
+
+mod overlapped;
+mod path;
 
 use super::{exact_loop, plan, Plan};
 use crate::error::ReadError;
-use crate::file::{HandleStats, OpenConfig, ReadAt};
+use crate::file::{DirectAlignment, HandleStats, OpenConfig, ReadAt};
+use overlapped::{debug_assert_aligned, read_overlapped, CallSize, IO_TIMEOUT};
 use std::io;
 use std::path::{Path, PathBuf};
-use windows::core::HSTRING;
+use std::time::Duration;
 use windows::Win32::Foundation::{
-    CloseHandle, ERROR_HANDLE_EOF, ERROR_INVALID_PARAMETER, ERROR_IO_PENDING, ERROR_NOT_SUPPORTED,
-    GENERIC_READ, HANDLE, WIN32_ERROR,
+    CloseHandle, ERROR_INVALID_PARAMETER, ERROR_NOT_SUPPORTED, GENERIC_READ, HANDLE, WIN32_ERROR,
 };
 use windows::Win32::Storage::FileSystem::{
     CreateFileW, FileStorageInfo, GetFileInformationByHandleEx, GetFileSizeEx, GetFileType,
-    ReOpenFile, ReadFile, FILE_ATTRIBUTE_NORMAL, FILE_FLAGS_AND_ATTRIBUTES, FILE_FLAG_NO_BUFFERING,
+    ReOpenFile, FILE_ATTRIBUTE_NORMAL, FILE_FLAGS_AND_ATTRIBUTES, FILE_FLAG_NO_BUFFERING,
     FILE_FLAG_OVERLAPPED, FILE_SHARE_DELETE, FILE_SHARE_MODE, FILE_SHARE_READ, FILE_SHARE_WRITE,
     FILE_STORAGE_INFO, FILE_TYPE_DISK,
 };
-use windows::Win32::System::Threading::{CreateEventW, WaitForSingleObject, INFINITE};
-use windows::Win32::System::IO::{GetOverlappedResult, OVERLAPPED};
+use windows::Win32::System::Threading::CreateEventW;
 
 /// Others may read, write, rename or delete the file while we read it (we must not lock a model
 /// file another tool has open).
 const SHARE: FILE_SHARE_MODE =
     FILE_SHARE_MODE(FILE_SHARE_READ.0 | FILE_SHARE_WRITE.0 | FILE_SHARE_DELETE.0);
 
-/// `OVERLAPPED::Internal` while the IO is in flight (NTSTATUS STATUS_PENDING).
-const STATUS_PENDING: usize = 0x103;
+/// The largest buffer-address alignment asked for: the page size. `FILE_FLAG_NO_BUFFERING`'s
+/// docs ask for physical-sector-aligned buffers, "depending on the disk, this requirement may
+/// not be enforced", and page-aligned memory (VirtualAlloc) is what they suggest; the engine's
+/// staging slots are 4096-aligned.
+const PAGE: usize = 4096;
+
+/// The buffered path's smallest call when memory runs short (no sector rule applies there).
+const BUFFERED_FLOOR: usize = 4096;
 
 /// A kernel handle closed on drop.
 struct Owned(HANDLE);
@@ -58,9 +71,7 @@ impl Drop for Owned {
     fn drop(&mut self) {
         // SAFETY: the handle was returned by a successful Create*/ReOpenFile call and is closed
         // exactly once, here. Nothing useful can be done if closing fails.
-        unsafe {
-            let _ = CloseHandle(self.0);
-        }
+        let _ = unsafe { CloseHandle(self.0) };
     }
 }
 
@@ -82,41 +93,12 @@ fn win32(e: &windows::core::Error) -> Option<WIN32_ERROR> {
     WIN32_ERROR::from_error(e)
 }
 
-/// Paths this long or longer take the `\\?\` prefix: `CreateFileW` refuses `MAX_PATH` (260)
-/// characters or more without it (unless the process opted into long paths), and std, which
-/// opened the same path for the GGUF header, uses the same threshold (directories: 248).
-const LONG_PATH: usize = 248;
-
-/// The name `CreateFileW` gets for `path`: the path itself when short, else its absolute form
-/// with the `\\?\` (or `\\?\UNC\`) prefix. A prefixed path is taken literally (no `/` or `..`
-/// handling), so `std::path::absolute` (GetFullPathNameW) resolves those first.
-fn create_name(path: &Path) -> io::Result<HSTRING> {
-    use std::os::windows::ffi::OsStrExt;
-    let wide: Vec<u16> = path.as_os_str().encode_wide().collect();
-    if wide.len() < LONG_PATH || wide.starts_with(&wide_str(r"\\?\")) {
-        return Ok(HSTRING::from_wide(&wide));
-    }
-    let abs: Vec<u16> = std::path::absolute(path)?
-        .as_os_str()
-        .encode_wide()
-        .collect();
-    Ok(HSTRING::from_wide(&verbatim(&abs)))
-}
-
-/// `\\?\` + an absolute path: `C:\x` -> `\\?\C:\x`, `\\server\share\x` ->
-/// `\\?\UNC\server\share\x`; paths already in a device form (`\\?\`, `\\.\`) stay.
-fn verbatim(abs: &[u16]) -> Vec<u16> {
-    if abs.starts_with(&wide_str(r"\\?\")) || abs.starts_with(&wide_str(r"\\.\")) {
-        return abs.to_vec();
-    }
-    if let Some(unc) = abs.strip_prefix(&wide_str(r"\\")[..]) {
-        return [&wide_str(r"\\?\UNC\")[..], unc].concat();
-    }
-    [&wide_str(r"\\?\")[..], abs].concat()
-}
-
-fn wide_str(s: &str) -> Vec<u16> {
-    s.encode_utf16().collect()
+/// A fresh unnamed manual-reset event (ReadFile resets it when an IO starts; the IO's
+/// completion sets it).
+fn new_event() -> io::Result<Owned> {
+    // SAFETY: no security attributes, no name: a fresh private event.
+    let h = unsafe { CreateEventW(None, true, false, None) }.map_err(to_io)?;
+    Ok(Owned(h))
 }
 
 /// The handle opened with `CreateFileW`; workers `ReOpenFile` it.
@@ -126,7 +108,7 @@ pub(crate) struct SharedFile {
 
 impl SharedFile {
     pub(crate) fn open(path: &Path) -> io::Result<(Self, u64)> {
-        let name = create_name(path)?;
+        let name = path::create_name(path)?;
         // SAFETY: `name` is a NUL-terminated wide string that outlives the call; no security
         // attributes or template handle are passed.
         let h = unsafe {
@@ -164,12 +146,10 @@ impl SharedFile {
 
     pub(crate) fn open_handle(&self, path: &Path, cfg: &OpenConfig) -> io::Result<Box<dyn ReadAt>> {
         let file = self.reopen(FILE_FLAG_OVERLAPPED)?;
-        // Manual reset: ReadFile resets it when an IO starts; GetOverlappedResult waits on it.
-        // SAFETY: no security attributes, no name: a fresh private event.
-        let event = Owned(unsafe { CreateEventW(None, true, false, None) }.map_err(to_io)?);
+        let event = new_event()?;
         let direct = if cfg.direct {
             Direct::Ready {
-                align: sector_size(&file),
+                align: alignments(storage_info(&file)),
                 handle: None,
             }
         } else {
@@ -180,6 +160,7 @@ impl SharedFile {
             file,
             event,
             direct,
+            timeout: IO_TIMEOUT,
             stats: HandleStats {
                 cache_probe: "none",
                 cache_probe_note: (cfg.direct && cfg.use_cache).then(|| {
@@ -197,9 +178,9 @@ impl SharedFile {
     }
 }
 
-/// The alignment FILE_FLAG_NO_BUFFERING needs on this file's volume: the larger of the logical
-/// sector size and the physical sector size for performance, when the OS says; else 4096.
-fn sector_size(file: &Owned) -> usize {
+/// `(LogicalBytesPerSector, PhysicalBytesPerSectorForPerformance)` of the file's volume, when
+/// Windows answers `FileStorageInfo` (Windows 8+; some filesystems do not answer).
+fn storage_info(file: &Owned) -> Option<(u32, u32)> {
     let mut info = FILE_STORAGE_INFO::default();
     // SAFETY: `info` is a writable FILE_STORAGE_INFO and the size passed is its size.
     let r = unsafe {
@@ -210,25 +191,48 @@ fn sector_size(file: &Owned) -> usize {
             std::mem::size_of::<FILE_STORAGE_INFO>() as u32,
         )
     };
+    r.ok().map(|()| {
+        (
+            info.LogicalBytesPerSector,
+            info.PhysicalBytesPerSectorForPerformance,
+        )
+    })
+}
+
+/// The two alignments `FILE_FLAG_NO_BUFFERING` needs, from the volume's sector sizes: file
+/// offset and length, multiples of the logical sector size ("file access sizes, including the
+/// optional file offset in the OVERLAPPED structure, … must be an integer multiple of the volume
+/// sector size"); buffer address, the physical sector size (the larger of the two sizes) but at
+/// most [`PAGE`]. A volume that reports a physical size above 4096 (some RAID and cloud
+/// volumes report 64 KiB) thus keeps the direct path for 4096-aligned buffers. Unknown or
+/// implausible answers: 4096 for both (a multiple of every common sector size).
+fn alignments(info: Option<(u32, u32)>) -> DirectAlignment {
     let sane = |x: u32| x.is_power_of_two() && (512..=1 << 20).contains(&x);
-    match r {
-        Ok(()) if sane(info.LogicalBytesPerSector) => {
-            let phys = info.PhysicalBytesPerSectorForPerformance;
-            let s = if sane(phys) {
-                phys.max(info.LogicalBytesPerSector)
+    match info {
+        Some((logical, physical)) if sane(logical) => {
+            let physical = if sane(physical) {
+                physical.max(logical)
             } else {
-                info.LogicalBytesPerSector
+                logical
             };
-            s as usize
+            DirectAlignment {
+                offset: logical as usize,
+                memory: (physical as usize).min(PAGE),
+            }
         }
-        // Windows 7 has no FileStorageInfo; some filesystems do not answer.
-        _ => 4096,
+        _ => DirectAlignment {
+            offset: 4096,
+            memory: 4096,
+        },
     }
 }
 
 enum Direct {
     Off,
-    Ready { align: usize, handle: Option<Owned> },
+    Ready {
+        align: DirectAlignment,
+        handle: Option<Owned>,
+    },
     Disabled,
 }
 
@@ -242,6 +246,8 @@ struct WinHandle {
     /// at a time.
     event: Owned,
     direct: Direct,
+    /// How long one ReadFile may stay pending before it is cancelled ([`IO_TIMEOUT`]).
+    timeout: Duration,
     stats: HandleStats,
 }
 
@@ -252,12 +258,14 @@ impl WinHandle {
     }
 
     /// The unbuffered handle, reopened on first use; `None` when the unbuffered path is off.
-    fn direct_handle(&mut self) -> io::Result<Option<HANDLE>> {
+    /// Any failure to open it turns the unbuffered path off for this handle: the buffered
+    /// handle can serve every read.
+    fn direct_handle(&mut self) -> Option<HANDLE> {
         let Direct::Ready { handle, .. } = &mut self.direct else {
-            return Ok(None);
+            return None;
         };
         if let Some(h) = handle {
-            return Ok(Some(h.0));
+            return Some(h.0);
         }
         // SAFETY: `self.file` is open for the life of `self`.
         let r = unsafe {
@@ -271,15 +279,14 @@ impl WinHandle {
         match r.map_err(to_io) {
             Ok(h) => {
                 *handle = Some(Owned(h));
-                Ok(Some(h))
+                Some(h)
             }
-            Err(e) if refuses_direct(&e) => {
+            Err(e) => {
                 self.disable_direct(format!(
                     "ReOpenFile with FILE_FLAG_NO_BUFFERING failed: {e}"
                 ));
-                Ok(None)
+                None
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -298,9 +305,13 @@ impl WinHandle {
             ));
         }
         let p = match self.direct {
-            Direct::Ready { align, .. } => {
-                plan(offset, buf.len(), buf.as_ptr() as usize, align, align)
-            }
+            Direct::Ready { align, .. } => plan(
+                offset,
+                buf.len(),
+                buf.as_ptr() as usize,
+                align.offset,
+                align.memory,
+            ),
             Direct::Off | Direct::Disabled => Plan::Buffered,
         };
         match p {
@@ -317,28 +328,39 @@ impl WinHandle {
     }
 
     fn read_buffered(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let (file, event) = (self.file.0, self.event.0);
+        let (file, event, timeout) = (self.file.0, self.event.0, self.timeout);
+        let mut size = CallSize::new(BUFFERED_FLOOR);
+        let retries = &mut self.stats.call_retries;
         let (done, err) = exact_loop(buf, offset, None, &mut self.stats.buffered_calls, |b, o| {
-            read_overlapped(file, event, b, o)
+            size.read(b, o, retries, |b, o| {
+                read_overlapped(file, event, b, o, timeout)
+            })
         });
         self.stats.buffered_bytes += done as u64;
         err.map_or(Ok(()), Err)
     }
 
     fn read_direct(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let Some(h) = self.direct_handle()? else {
+        let Some(h) = self.direct_handle() else {
             return self.read_buffered(buf, offset);
         };
         let Direct::Ready { align, .. } = self.direct else {
             return self.read_buffered(buf, offset);
         };
-        let event = self.event.0;
+        let (event, timeout) = (self.event.0, self.timeout);
+        let mut size = CallSize::new(align.offset);
+        let retries = &mut self.stats.call_retries;
         let (done, err) = exact_loop(
             buf,
             offset,
-            Some((align, align)),
+            Some((align.offset, align.memory)),
             &mut self.stats.direct_calls,
-            |b, o| read_overlapped(h, event, b, o),
+            |b, o| {
+                size.read(b, o, retries, |b, o| {
+                    debug_assert_aligned(b, o, align.offset, align.memory);
+                    read_overlapped(h, event, b, o, timeout)
+                })
+            },
         );
         self.stats.direct_bytes += done as u64;
         let rest_off = offset + done as u64;
@@ -365,6 +387,10 @@ impl ReadAt for WinHandle {
     }
 
     fn direct_alignment(&self) -> Option<usize> {
+        self.direct_alignments().map(DirectAlignment::max)
+    }
+
+    fn direct_alignments(&self) -> Option<DirectAlignment> {
         match self.direct {
             Direct::Ready { align, .. } => Some(align),
             Direct::Off | Direct::Disabled => None,
@@ -382,43 +408,6 @@ impl ReadAt for WinHandle {
 fn refuses_direct(e: &io::Error) -> bool {
     e.raw_os_error()
         .is_some_and(|c| c == ERROR_INVALID_PARAMETER.0 as i32 || c == ERROR_NOT_SUPPORTED.0 as i32)
-}
-
-/// One overlapped `ReadFile` of `buf.len()` (<= 1 GiB, see `MAX_CALL`) bytes at `offset`,
-/// waited for. Returns the bytes read; 0 at or past the end of the file.
-fn read_overlapped(file: HANDLE, event: HANDLE, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut ov = OVERLAPPED::default();
-    ov.Anonymous.Anonymous.Offset = offset as u32; // low 32 bits
-    ov.Anonymous.Anonymous.OffsetHigh = (offset >> 32) as u32;
-    ov.hEvent = event;
-    // SAFETY: `buf` and `ov` live on this frame (borrowed mutably, so nobody else touches
-    // them) until this function returns, and it returns only after the IO has completed:
-    // either ReadFile finished synchronously, or GetOverlappedResult(wait = TRUE) returned, or
-    // (defensively) the event was waited for until the IO is no longer pending. The byte-count
-    // out-pointer is NULL as the docs require for overlapped reads.
-    unsafe {
-        if let Err(e) = ReadFile(file, Some(buf), None, Some(&mut ov)) {
-            match win32(&e) {
-                Some(ERROR_IO_PENDING) => {}
-                Some(ERROR_HANDLE_EOF) => return Ok(0),
-                _ => return Err(to_io(e)),
-            }
-        }
-        let mut got = 0u32;
-        match GetOverlappedResult(file, &ov, &mut got, true) {
-            Ok(()) => Ok(got as usize),
-            Err(e) => {
-                // Never let `buf` go while the kernel may still write into it.
-                while std::ptr::read_volatile(&ov.Internal) == STATUS_PENDING {
-                    WaitForSingleObject(event, INFINITE);
-                }
-                match win32(&e) {
-                    Some(ERROR_HANDLE_EOF) => Ok(0),
-                    _ => Err(to_io(e)),
-                }
-            }
-        }
-    }
 }
 
 /// Marks a file we are about to write as sparse, so that `set_len` past regions leaves holes
@@ -445,113 +434,4 @@ pub(crate) fn mark_sparse(f: &std::fs::File) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pattern;
-
-    /// Forces the unbuffered handle onto a request Windows must refuse (alignment 1 claimed,
-    /// odd offset, odd address): the bytes still arrive, through the buffered handle, and the
-    /// handle records why. Wine does not enforce FILE_FLAG_NO_BUFFERING's alignment, so there
-    /// the read may succeed unbuffered instead; either way the bytes must be right.
-    #[test]
-    fn refused_unbuffered_read_falls_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.bin");
-        let p = pattern::write_full(&path, 1 << 20).unwrap();
-        let (shared, _) = SharedFile::open(&path).unwrap();
-        let cfg = OpenConfig {
-            direct: true,
-            drop_cache: false,
-            use_cache: false,
-        };
-        // Built by hand (as open_handle does) so the test can set the alignment.
-        assert!(cfg.direct);
-        let file = shared.reopen(FILE_FLAG_OVERLAPPED).unwrap();
-        // SAFETY: a fresh unnamed event, as in open_handle.
-        let event = Owned(unsafe { CreateEventW(None, true, false, None) }.unwrap());
-        let mut h = WinHandle {
-            path: path.clone(),
-            file,
-            event,
-            direct: Direct::Ready {
-                align: 1,
-                handle: None,
-            },
-            stats: HandleStats::default(),
-        };
-        let mut buf = vec![0u8; 4097];
-        h.read_exact_at(&mut buf[1..], 3).unwrap();
-        p.verify(3, &buf[1..]).unwrap();
-        let s = h.stats();
-        if s.direct_fallback.is_some() {
-            assert!(!s.direct_active && s.buffered_bytes == 4096, "{s:?}");
-        } else {
-            assert_eq!(s.direct_bytes, 4096, "{s:?}");
-        }
-    }
-
-    #[test]
-    fn long_paths_get_the_verbatim_prefix() {
-        let v = |s: &str| String::from_utf16(&verbatim(&wide_str(s))).unwrap();
-        assert_eq!(v(r"C:\m\x.gguf"), r"\\?\C:\m\x.gguf");
-        assert_eq!(v(r"\\srv\share\x.gguf"), r"\\?\UNC\srv\share\x.gguf");
-        assert_eq!(v(r"\\?\C:\x.gguf"), r"\\?\C:\x.gguf");
-        assert_eq!(v(r"\\.\PhysicalDrive0"), r"\\.\PhysicalDrive0");
-
-        let short = Path::new(r"C:/models/../x.gguf");
-        assert_eq!(create_name(short).unwrap(), HSTRING::from(short));
-        let long = format!(r"C:\{}\..\m/x.gguf", "d".repeat(300));
-        let name = create_name(Path::new(&long)).unwrap().to_string();
-        assert_eq!(name, r"\\?\C:\m\x.gguf", "absolute resolves .. and /");
-    }
-
-    /// A file marked sparse leaves what was never written unallocated: 8 GiB of length with
-    /// 1 MiB written at the end takes about 1 MiB. On NTFS this holds only because of
-    /// FSCTL_SET_SPARSE (gen-model's flash files rely on it); under Wine the Linux filesystem
-    /// makes the holes anyway and the test shows only that the call does no harm.
-    #[test]
-    fn marked_sparse_files_leave_holes() {
-        use std::io::{Seek, SeekFrom, Write};
-        use std::os::windows::io::AsRawHandle;
-        use windows::Win32::Storage::FileSystem::{
-            FileStandardInfo, GetCompressedFileSizeW, FILE_STANDARD_INFO,
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sparse.bin");
-        let mut f = std::fs::File::create(&path).unwrap();
-        mark_sparse(&f);
-        f.seek(SeekFrom::Start(8 << 30)).unwrap();
-        f.write_all(&vec![1u8; 1 << 20]).unwrap();
-        f.set_len((8 << 30) + (2 << 20)).unwrap();
-        f.sync_all().unwrap();
-        assert_eq!(f.metadata().unwrap().len(), (8 << 30) + (2 << 20));
-        // Two measures of the allocated bytes: GetCompressedFileSizeW is the documented one for
-        // sparse files on Windows (Wine answers the logical size there); FileStandardInfo's
-        // AllocationSize is what Wine fills from the Linux block count. Neither is ever below
-        // the real allocation, so the smaller one is an honest upper bound on both.
-        let mut info = FILE_STANDARD_INFO::default();
-        // SAFETY: `f` is open; `info` is a writable FILE_STANDARD_INFO of the size passed.
-        unsafe {
-            GetFileInformationByHandleEx(
-                HANDLE(f.as_raw_handle()),
-                FileStandardInfo,
-                (&mut info as *mut FILE_STANDARD_INFO).cast(),
-                std::mem::size_of::<FILE_STANDARD_INFO>() as u32,
-            )
-        }
-        .unwrap();
-        drop(f);
-        let name = HSTRING::from(path.as_path());
-        let mut high = 0u32;
-        // SAFETY: `name` is a NUL-terminated wide string and `high` a writable u32, both alive
-        // for the call.
-        let low = unsafe { GetCompressedFileSizeW(&name, Some(&mut high)) };
-        let compressed = (u64::from(high) << 32) | u64::from(low);
-        let allocated = compressed.min(u64::try_from(info.AllocationSize).unwrap_or(u64::MAX));
-        assert!(
-            allocated < 64 << 20,
-            "1 MiB written, {compressed} B compressed size, {} B allocation size: not sparse",
-            info.AllocationSize
-        );
-    }
-}
+mod tests;
