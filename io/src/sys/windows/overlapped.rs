@@ -143,6 +143,7 @@ pub(super) fn read_overlapped(
     // (synchronous completion, the event signalled, or a cancel followed by an unbounded wait).
     // The byte-count out-pointer is NULL, as the docs require for overlapped reads.
     let r = unsafe { ReadFile(file, Some(buf), None, Some(&mut ov)) };
+    let synchronous = r.is_ok();
     if let Err(e) = r {
         match win32(&e) {
             Some(ERROR_IO_PENDING) => {}
@@ -150,9 +151,12 @@ pub(super) fn read_overlapped(
             _ => return Err(to_io(e)), // nothing was started
         }
     }
+    // Completed synchronously, or already (HasOverlappedIoCompleted): no wait, no extra call.
+    // SAFETY: reads a field of our own live `ov` that the kernel updates (hence volatile).
+    let done = synchronous || unsafe { std::ptr::read_volatile(&ov.Internal) } != STATUS_PENDING;
     let ms = u32::try_from(timeout.as_millis()).map_or(INFINITE - 1, |m| m.min(INFINITE - 1));
     // SAFETY: `event` is an open event handle owned by the caller.
-    let signalled = unsafe { WaitForSingleObject(event, ms) } == WAIT_OBJECT_0;
+    let signalled = done || unsafe { WaitForSingleObject(event, ms) } == WAIT_OBJECT_0;
     if !signalled {
         // Timed out (or the wait failed): ask for the IO to be cancelled. It may have completed
         // meanwhile (then CancelIoEx answers ERROR_NOT_FOUND and the result below is its own).
