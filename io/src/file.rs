@@ -15,9 +15,22 @@ pub trait ReadAt: Send {
     fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 
     /// Alignment (bytes) that offset, length and buffer address need for the unbuffered path;
-    /// `None` when this handle only does buffered reads.
+    /// `None` when this handle only does buffered reads. One number for all three: the larger
+    /// of [`DirectAlignment::offset`] and [`DirectAlignment::memory`].
     fn direct_alignment(&self) -> Option<usize> {
         None
+    }
+
+    /// The unbuffered path's two alignments, kept apart: file offset and length
+    /// ([`DirectAlignment::offset`]: the logical sector size) and buffer address
+    /// ([`DirectAlignment::memory`]). `direct_alignment()` is always
+    /// `direct_alignments().map(DirectAlignment::max)`. Default: both equal to
+    /// [`Self::direct_alignment`] (what a wrapper that only forwards that reports).
+    fn direct_alignments(&self) -> Option<DirectAlignment> {
+        self.direct_alignment().map(|a| DirectAlignment {
+            offset: a,
+            memory: a,
+        })
     }
 
     /// Hint that the range just read will not be needed again (cold mode: `posix_fadvise
@@ -33,6 +46,24 @@ pub trait ReadAt: Send {
     /// around every read to tell which path that read took.
     fn counters(&self) -> ReadCounters {
         self.stats().counters()
+    }
+}
+
+/// The unbuffered path's alignment requirements (powers of two, bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectAlignment {
+    /// File offset and length multiple (Linux: `stx_dio_offset_align` or the logical block
+    /// size; Windows: the volume's logical sector size).
+    pub offset: usize,
+    /// Buffer address multiple (Linux: `stx_dio_mem_align`; Windows: the physical sector size,
+    /// at most the page size, 4096).
+    pub memory: usize,
+}
+
+impl DirectAlignment {
+    /// The one alignment that satisfies both (what [`ReadAt::direct_alignment`] reports).
+    pub fn max(self) -> usize {
+        self.offset.max(self.memory)
     }
 }
 
@@ -86,6 +117,11 @@ pub struct HandleStats {
     /// Why the unbuffered path was turned off for good (the OS refused it at open or at a
     /// read, or the filesystem reports no direct-IO support), if it was.
     pub direct_fallback: Option<String>,
+    /// Read calls that the OS refused for lack of memory or quota and that were retried with
+    /// half the length (Windows: `ERROR_NOT_ENOUGH_MEMORY`, `ERROR_NO_SYSTEM_RESOURCES`,
+    /// `ERROR_WORKING_SET_QUOTA`, `ERROR_NOT_ENOUGH_QUOTA`, `ERROR_INVALID_USER_BUFFER`).
+    /// Always 0 on Unix.
+    pub call_retries: u64,
 }
 
 impl HandleStats {

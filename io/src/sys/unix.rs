@@ -396,6 +396,20 @@ impl ReadAt for UnixHandle {
         }
     }
 
+    fn direct_alignments(&self) -> Option<crate::file::DirectAlignment> {
+        match self.direct {
+            Direct::Ready {
+                offset_align,
+                mem_align,
+                ..
+            } => Some(crate::file::DirectAlignment {
+                offset: offset_align,
+                memory: mem_align,
+            }),
+            Direct::Off | Direct::Disabled => None,
+        }
+    }
+
     fn drop_cache(&mut self, offset: u64, len: u64) {
         self.advise_dontneed(offset, len);
     }
