@@ -3,7 +3,7 @@
 //! buffered path ([`plan`]).
 //!
 //! - `unix.rs`: Linux (own `open()` fd per worker, O_DIRECT when aligned) and macOS (F_NOCACHE).
-//! - `windows.rs`: `CreateFileW` once, then `ReOpenFile` per worker with
+//! - `windows/mod.rs`: `CreateFileW` once, then `ReOpenFile` per worker with
 //!   `FILE_FLAG_OVERLAPPED` (+ `FILE_FLAG_NO_BUFFERING` for aligned requests).
 //!
 //! Any other target fails to compile here rather than silently falling back to something slow.
