@@ -18,7 +18,7 @@
 //! is exact in single-threaded tests and "about the Nth" with several workers.
 
 use crate::error::ReadError;
-use crate::file::{HandleStats, ReadAt, Source};
+use crate::file::{ReadAt, Source};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -239,17 +239,7 @@ impl ReadAt for FaultyHandle {
         Ok(())
     }
 
-    fn direct_alignment(&self) -> Option<usize> {
-        self.inner.direct_alignment()
-    }
-
-    fn drop_cache(&mut self, offset: u64, len: u64) {
-        self.inner.drop_cache(offset, len)
-    }
-
-    fn stats(&self) -> HandleStats {
-        self.inner.stats()
-    }
+    crate::forward_read_at!(inner);
 }
 
 /// Wraps a [`Source`] so that all its handles together read at most `bytes_per_sec` (a slow
@@ -320,17 +310,7 @@ impl ReadAt for ThrottledHandle {
         r
     }
 
-    fn direct_alignment(&self) -> Option<usize> {
-        self.inner.direct_alignment()
-    }
-
-    fn drop_cache(&mut self, offset: u64, len: u64) {
-        self.inner.drop_cache(offset, len)
-    }
-
-    fn stats(&self) -> HandleStats {
-        self.inner.stats()
-    }
+    crate::forward_read_at!(inner);
 }
 
 /// splitmix64: tiny, seedable, good enough to pick fault points.

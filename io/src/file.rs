@@ -49,6 +49,32 @@ pub trait ReadAt: Send {
     }
 }
 
+/// Inside an `impl ReadAt for Wrapper`: forwards everything but `read_exact_at` to the
+/// wrapper's `inner: Box<dyn ReadAt>` field (`direct_alignment`, `direct_alignments`,
+/// `drop_cache`, `stats`, `counters`), so a wrapper that only changes reads (fault injection,
+/// throttling, logging) reports its inner handle's alignment and counters exactly, and the next
+/// method added to [`ReadAt`] is forwarded in one place.
+#[macro_export]
+macro_rules! forward_read_at {
+    ($inner:ident) => {
+        fn direct_alignment(&self) -> Option<usize> {
+            self.$inner.direct_alignment()
+        }
+        fn direct_alignments(&self) -> Option<$crate::DirectAlignment> {
+            self.$inner.direct_alignments()
+        }
+        fn drop_cache(&mut self, offset: u64, len: u64) {
+            self.$inner.drop_cache(offset, len)
+        }
+        fn stats(&self) -> $crate::HandleStats {
+            self.$inner.stats()
+        }
+        fn counters(&self) -> $crate::ReadCounters {
+            self.$inner.counters()
+        }
+    };
+}
+
 /// The unbuffered path's alignment requirements (powers of two, bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirectAlignment {

@@ -26,5 +26,7 @@ mod sys;
 
 pub use align::AlignedBuf;
 pub use error::ReadError;
-pub use file::{mark_sparse, FileSource, HandleStats, OpenConfig, ReadAt, ReadCounters, Source};
+pub use file::{
+    mark_sparse, DirectAlignment, FileSource, HandleStats, OpenConfig, ReadAt, ReadCounters, Source,
+};
 pub use pool::{Job, PoolConfig, ReaderPool, WorkerOpenError};

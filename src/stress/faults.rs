@@ -11,7 +11,7 @@
 
 use crate::engine::EngineError;
 use ds4_io::fault::{injected, FaultPlan, InjectedFault};
-use ds4_io::{HandleStats, ReadAt, Source};
+use ds4_io::{ReadAt, Source};
 use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -249,15 +249,7 @@ impl ReadAt for LoggedHandle {
         }
         r
     }
-    fn direct_alignment(&self) -> Option<usize> {
-        self.inner.direct_alignment()
-    }
-    fn drop_cache(&mut self, offset: u64, len: u64) {
-        self.inner.drop_cache(offset, len)
-    }
-    fn stats(&self) -> HandleStats {
-        self.inner.stats()
-    }
+    ds4_io::forward_read_at!(inner);
 }
 
 /// Kinds of errors a stress run counts.
