@@ -38,8 +38,9 @@ pub struct Args {
     #[arg(long)]
     pub ssd_streaming: bool,
     /// Expert cache size: a number of experts, or a byte budget (`32GB`, `512MiB`: floor(bytes /
-    /// expert bytes)). Default: a quarter of the routed experts, at most what a quarter of the
-    /// available memory holds.
+    /// expert bytes); GB means GiB here, as in the C engine's flag). Default: on a GPU, the
+    /// memory plan's size (`ds4 plan`); on the host, a quarter of the routed experts, at most
+    /// what a quarter of the available memory holds.
     #[arg(long, value_name = "N|SIZE")]
     pub ssd_streaming_cache_experts: Option<String>,
     /// Cold streaming: unbuffered reads (no page cache), no preload.
@@ -141,24 +142,37 @@ fn tokens(a: &Args, vocab: u64) -> Result<Vec<u32>, CliError> {
         .collect()
 }
 
-/// Cache slots from the flag, or the default, and how they were chosen.
-fn cache_slots(a: &Args, model: &Ds4Model) -> Result<(usize, String), CliError> {
+/// Cache slots from the flag (`32GB` = 32 GiB, as in the C engine: `plan::parse_cache_flag`),
+/// else the plan's size when there is a plan (GPU backends), else the host default.
+fn cache_slots(
+    a: &Args,
+    model: &Ds4Model,
+    plan: Option<&crate::plan::Plan>,
+) -> Result<(usize, String), CliError> {
+    use crate::plan::CacheRequest;
     let total = model.n_routed_experts();
     let eb = model.layers.first().map_or(1, |l| l.expert_bytes()).max(1);
     if let Some(s) = &a.ssd_streaming_cache_experts {
-        let s = s.trim();
-        if let Ok(n) = s.parse::<u64>() {
-            return Ok((
-                n.min(total) as usize,
-                format!("--ssd-streaming-cache-experts {n}"),
-            ));
+        match crate::plan::parse_cache_flag(s).map_err(CliError::bad_input)? {
+            CacheRequest::Experts(n) => {
+                return Ok((
+                    n.min(total) as usize,
+                    format!("--ssd-streaming-cache-experts {n}"),
+                ))
+            }
+            CacheRequest::Bytes(bytes) => {
+                return Ok((
+                    (bytes / eb).min(total) as usize,
+                    format!("budget {} / {eb} B per expert", s.trim()),
+                ))
+            }
+            CacheRequest::Auto => {}
         }
-        let bytes = crate::units::parse_size(s).map_err(|e| {
-            CliError::bad_input(format!("--ssd-streaming-cache-experts {s:?}: {e}"))
-        })?;
+    }
+    if let Some(p) = plan.filter(|p| p.streaming) {
         return Ok((
-            (bytes / eb).min(total) as usize,
-            format!("budget {s} / {eb} B per expert"),
+            p.cache_experts as usize,
+            "the memory plan's auto size (ds4 plan)".to_string(),
         ));
     }
     let quarter = total.div_ceil(4);
@@ -252,16 +266,16 @@ struct RunInfo {
     policy: PolicyKind,
 }
 
-/// Opens (generating `--demo`'s model first if needed) and runs.
-pub fn run(a: Args) -> CliResult {
-    let path = if a.demo {
+/// The model file: `-m FILE`, or with `--demo` the demo model (generated first if missing).
+pub(super) fn model_path(demo: bool, model: &Path) -> Result<PathBuf, CliError> {
+    let path = if demo {
         let p = demo_path()?;
         if !p.exists() {
             super::demo::generate_demo_model(&p, 0)?;
         }
         p
     } else {
-        a.model.clone()
+        model.to_path_buf()
     };
     if !path.exists() {
         return Err(CliError::bad_input(format!(
@@ -270,6 +284,12 @@ pub fn run(a: Args) -> CliResult {
             path.display()
         )));
     }
+    Ok(path)
+}
+
+/// Opens (generating `--demo`'s model first if needed) and runs.
+pub fn run(a: Args) -> CliResult {
+    let path = model_path(a.demo, &a.model)?;
     let (file, model) = Ds4Model::open(&path).map_err(|e| CliError::bad_input(chain(&e)))?;
     let ids = tokens(&a, model.shape.vocab)?;
     let cfg = EngineConfig {
@@ -279,6 +299,28 @@ pub fn run(a: Args) -> CliResult {
     };
     let (device, cuda) = open_device(a.backend)?;
     let backend = device.kind();
+    // The memory plan, before any allocation, where the backend knows its device memory.
+    let plan = match device.memory_info() {
+        Ok(Some(mem)) => Some(super::plan::for_run(
+            &file,
+            &model,
+            mem,
+            a.ssd_streaming,
+            a.ssd_streaming_cache_experts.as_deref(),
+        )?),
+        _ => None,
+    };
+    if let Some(p) = &plan {
+        if !a.json {
+            let _ = writeln!(std::io::stderr(), "{}", p.summary());
+        }
+        if let Some(m) = &p.misfit {
+            return Err(CliError::runtime(format!(
+                "the plan does not fit: {} (see ds4 plan)",
+                m.describe()
+            )));
+        }
+    }
     let engine = Engine::open(&path, device, cfg).map_err(|e| CliError::runtime(chain(&e)))?;
     let bad = |e: crate::decode::DecodeError| {
         if e.is_bad_input() {
@@ -294,7 +336,7 @@ pub fn run(a: Args) -> CliResult {
             .map_err(|e| CliError::bad_input(e.to_string()))?,
         None => PolicyKind::DEFAULT,
     };
-    let (slots, how) = cache_slots(&a, &model)?;
+    let (slots, how) = cache_slots(&a, &model, plan.as_ref())?;
     let t_load = Instant::now();
     let mut runner = match cuda {
         #[cfg(feature = "cuda")]

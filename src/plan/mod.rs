@@ -58,6 +58,7 @@ pub enum Side {
 /// The platform the run is on: Windows ROCm has a driver reserve and a measured fragmentation
 /// cliff; Linux has neither measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "tools", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Platform {
     Linux,
@@ -262,16 +263,23 @@ pub fn plan(inp: &PlanInput) -> Result<Plan, PlanError> {
     let mut cache_experts = fixed_cache.as_ref().map_or(0, |c| c.0);
     if inp.streaming {
         let rest = total.saturating_sub(sum(&lines));
-        let reserve = rules::q8_f16_reserve(total, true);
+        // The C engine's 16 GiB streaming reserve keeps room for the expert cache; a cache
+        // sized by the flag is already a line, so then only the non-streaming reserve is kept.
+        let reserve = rules::q8_f16_reserve(total, fixed_cache.is_none());
         let q8 = m.q8_f16_bytes.min(rest.saturating_sub(reserve));
+        let why = if fixed_cache.is_none() {
+            "for the expert cache (the C engine's streaming reserve)"
+        } else {
+            "(the non-streaming reserve: the flag already sized the expert cache)"
+        };
         lines.push(line(
             Q8_LINE,
             q8,
             Source::Rule,
             Side::Device,
             format!(
-                "streaming: the C engine's Q8->F16 cache leaves {} free for the expert cache; \
-                 it takes what exceeds that, at most its full size {}",
+                "streaming: the Q8->F16 cache leaves {} free {why}; it takes what exceeds \
+                 that, at most its full size {}",
                 human_bytes(reserve),
                 human_bytes(m.q8_f16_bytes)
             ),

@@ -131,6 +131,9 @@ fn cache_flag_reads_gb_as_gib() {
     let p = plan(&i).unwrap();
     assert_eq!(p.cache_experts, 4854); // floor(32 × 2^30 / 7,077,888)
     assert_eq!(get(&p, CACHE_LINE).source, Source::Flag);
+    // The flag sized the cache, so the Q8->F16 cache keeps only the non-streaming reserve
+    // free (4 GiB here) and gets its full size.
+    assert_eq!(get(&p, Q8_LINE).bytes, flash().q8_f16_bytes);
 }
 
 #[test]
