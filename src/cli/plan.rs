@@ -5,13 +5,14 @@
 //! start of a run when the backend knows its device memory.
 
 use super::{chain, CliError, CliResult};
-use crate::device::{BackendArg, MemInfo, OpenOptions};
+use crate::device::{BackendArg, Device, OpenOptions};
 use crate::engine::EngineConfig;
 use crate::gguf::GgufFile;
 use crate::model::Ds4Model;
 use crate::plan::{self, CacheRequest, ModelSizes, Plan, PlanInput, Platform, Side, Source};
 use crate::units::{group_digits, human_bytes, parse_size};
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -86,20 +87,25 @@ fn planned(inp: &PlanInput) -> Result<Plan, CliError> {
     plan::plan(inp).map_err(|e| CliError::bad_input(e.to_string()))
 }
 
-/// The plan `ds4` prints at the start of a run on a backend that knows its memory: default
-/// context and prefill chunk, the run's streaming mode and cache flag.
-pub(super) fn for_run(
-    file: &GgufFile,
-    model: &Ds4Model,
-    mem: MemInfo,
+/// The plan `ds4` makes at the start of a run, before any allocation, on a backend that knows
+/// its device memory (`None` on the host backend): default context and prefill chunk, the
+/// run's streaming mode and cache flag. Prints its summary on stderr (not with `--json`) and
+/// refuses a run whose plan does not fit.
+pub(super) fn at_run_start(
+    device: &dyn Device,
+    (file, model): (&GgufFile, &Ds4Model),
     streaming: bool,
     cache_flag: Option<&str>,
-) -> Result<Plan, CliError> {
+    json: bool,
+) -> Result<Option<Plan>, CliError> {
+    let Ok(Some(mem)) = device.memory_info() else {
+        return Ok(None);
+    };
     let cache = match cache_flag {
         Some(t) => plan::parse_cache_flag(t).map_err(CliError::bad_input)?,
         None => CacheRequest::Auto,
     };
-    planned(&PlanInput {
+    let p = planned(&PlanInput {
         device_total: mem.total,
         device_free: Some(mem.free),
         device_source: Source::Measured,
@@ -112,11 +118,21 @@ pub(super) fn for_run(
         simulate_used: 0,
         staging_bytes: staging_bytes(),
         model: sizes(file, model),
-    })
+    })?;
+    if !json {
+        let _ = writeln!(std::io::stderr(), "{}", p.summary());
+    }
+    if let Some(m) = &p.misfit {
+        return Err(CliError::runtime(format!(
+            "the plan does not fit: {} (see ds4 plan)",
+            m.describe()
+        )));
+    }
+    Ok(Some(p))
 }
 
 pub fn run(a: Args) -> CliResult {
-    let path = super::run::model_path(a.demo, &a.model)?;
+    let path = super::demo::model_path(a.demo, &a.model)?;
     let model = model_sizes(&path)?;
     let (total, free, source) = match &a.gpu_mem {
         Some(t) => (size("gpu-mem", t)?, None, Source::Flag),

@@ -80,24 +80,6 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Where `--demo` keeps its model: the user's cache directory.
-fn demo_path() -> Result<PathBuf, CliError> {
-    let base = if cfg!(windows) {
-        std::env::var_os("LOCALAPPDATA").map(PathBuf::from)
-    } else {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-    };
-    let base = base.ok_or_else(|| {
-        CliError::runtime(
-            "no cache directory (set XDG_CACHE_HOME or HOME; LOCALAPPDATA on Windows)",
-        )
-    })?;
-    Ok(base.join("ds4-stream").join("ds4-demo.gguf"))
-}
-
 fn parse_ids(text: &str) -> Result<Vec<u64>, CliError> {
     text.split(|c: char| c == ',' || c.is_whitespace())
         .filter(|s| !s.is_empty())
@@ -149,30 +131,33 @@ fn cache_slots(
     model: &Ds4Model,
     plan: Option<&crate::plan::Plan>,
 ) -> Result<(usize, String), CliError> {
-    use crate::plan::CacheRequest;
+    use crate::plan::CacheRequest::{Bytes, Experts};
     let total = model.n_routed_experts();
     let eb = model.layers.first().map_or(1, |l| l.expert_bytes()).max(1);
-    if let Some(s) = &a.ssd_streaming_cache_experts {
-        match crate::plan::parse_cache_flag(s).map_err(CliError::bad_input)? {
-            CacheRequest::Experts(n) => {
-                return Ok((
-                    n.min(total) as usize,
-                    format!("--ssd-streaming-cache-experts {n}"),
-                ))
-            }
-            CacheRequest::Bytes(bytes) => {
-                return Ok((
-                    (bytes / eb).min(total) as usize,
-                    format!("budget {} / {eb} B per expert", s.trim()),
-                ))
-            }
-            CacheRequest::Auto => {}
+    let flag = a.ssd_streaming_cache_experts.as_deref();
+    match flag.map(crate::plan::parse_cache_flag).transpose() {
+        Err(e) => return Err(CliError::bad_input(e)),
+        Ok(Some(Experts(n))) => {
+            return Ok((
+                n.min(total) as usize,
+                format!("--ssd-streaming-cache-experts {n}"),
+            ))
         }
+        Ok(Some(Bytes(b))) => {
+            return Ok((
+                (b / eb).min(total) as usize,
+                format!(
+                    "budget {} / {eb} B per expert",
+                    flag.unwrap_or_default().trim()
+                ),
+            ))
+        }
+        _ => {}
     }
     if let Some(p) = plan.filter(|p| p.streaming) {
         return Ok((
             p.cache_experts as usize,
-            "the memory plan's auto size (ds4 plan)".to_string(),
+            "the memory plan's size (ds4 plan)".into(),
         ));
     }
     let quarter = total.div_ceil(4);
@@ -266,30 +251,9 @@ struct RunInfo {
     policy: PolicyKind,
 }
 
-/// The model file: `-m FILE`, or with `--demo` the demo model (generated first if missing).
-pub(super) fn model_path(demo: bool, model: &Path) -> Result<PathBuf, CliError> {
-    let path = if demo {
-        let p = demo_path()?;
-        if !p.exists() {
-            super::demo::generate_demo_model(&p, 0)?;
-        }
-        p
-    } else {
-        model.to_path_buf()
-    };
-    if !path.exists() {
-        return Err(CliError::bad_input(format!(
-            "{}: no such file; pass -m FILE with a DS4 Flash GGUF (ds4flash.gguf, 81 GiB), or \
-             --demo to run on the generated demo model",
-            path.display()
-        )));
-    }
-    Ok(path)
-}
-
 /// Opens (generating `--demo`'s model first if needed) and runs.
 pub fn run(a: Args) -> CliResult {
-    let path = model_path(a.demo, &a.model)?;
+    let path = super::demo::model_path(a.demo, &a.model)?;
     let (file, model) = Ds4Model::open(&path).map_err(|e| CliError::bad_input(chain(&e)))?;
     let ids = tokens(&a, model.shape.vocab)?;
     let cfg = EngineConfig {
@@ -300,27 +264,13 @@ pub fn run(a: Args) -> CliResult {
     let (device, cuda) = open_device(a.backend)?;
     let backend = device.kind();
     // The memory plan, before any allocation, where the backend knows its device memory.
-    let plan = match device.memory_info() {
-        Ok(Some(mem)) => Some(super::plan::for_run(
-            &file,
-            &model,
-            mem,
-            a.ssd_streaming,
-            a.ssd_streaming_cache_experts.as_deref(),
-        )?),
-        _ => None,
-    };
-    if let Some(p) = &plan {
-        if !a.json {
-            let _ = writeln!(std::io::stderr(), "{}", p.summary());
-        }
-        if let Some(m) = &p.misfit {
-            return Err(CliError::runtime(format!(
-                "the plan does not fit: {} (see ds4 plan)",
-                m.describe()
-            )));
-        }
-    }
+    let plan = super::plan::at_run_start(
+        device.as_ref(),
+        (&file, &model),
+        a.ssd_streaming,
+        a.ssd_streaming_cache_experts.as_deref(),
+        a.json,
+    )?;
     let engine = Engine::open(&path, device, cfg).map_err(|e| CliError::runtime(chain(&e)))?;
     let bad = |e: crate::decode::DecodeError| {
         if e.is_bad_input() {
