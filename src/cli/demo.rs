@@ -386,25 +386,6 @@ pub fn run(a: Args) -> CliResult {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::route;
-
-    #[test]
-    fn route_gives_distinct_in_range_experts() {
-        for t in 0..50 {
-            let r = route(3, t, 7, 16, 6);
-            assert_eq!(r.len(), 6);
-            assert!(r.iter().all(|&e| e < 16));
-            let mut s = r.clone();
-            s.sort_unstable();
-            s.dedup();
-            assert_eq!(s.len(), 6);
-        }
-        assert_eq!(route(1, 0, 0, 4, 6).len(), 4);
-    }
-}
-
 /// Where `--demo` keeps its model: the user's cache directory.
 fn demo_path() -> Result<PathBuf, CliError> {
     let base = if cfg!(windows) {
@@ -442,4 +423,23 @@ pub(super) fn model_path(demo: bool, model: &std::path::Path) -> Result<PathBuf,
         )));
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route;
+
+    #[test]
+    fn route_gives_distinct_in_range_experts() {
+        for t in 0..50 {
+            let r = route(3, t, 7, 16, 6);
+            assert_eq!(r.len(), 6);
+            assert!(r.iter().all(|&e| e < 16));
+            let mut s = r.clone();
+            s.sort_unstable();
+            s.dedup();
+            assert_eq!(s.len(), 6);
+        }
+        assert_eq!(route(1, 0, 0, 4, 6).len(), 4);
+    }
 }
