@@ -4,8 +4,8 @@
 //! (`ds4_io`, one handle per worker) -> pinned staging ring -> async host-to-device copy ->
 //! completion. No mmap in the data path. See docs/ARCHITECTURE.md.
 //!
-//! The engine library is [`gguf`], [`model`], [`device`], [`engine`] and [`generate`] (the
-//! deterministic DS4 file generator, for tests). With `default-features = false` that is all
+//! The engine library is [`gguf`], [`model`], [`device`], [`engine`], [`plan`] (the memory
+//! planner) and [`generate`] (the deterministic DS4 file generator, for tests). With `default-features = false` that is all
 //! there is, and it pulls in no command-line, progress-bar, JSON or async-runtime crate. The
 //! default feature `tools` adds [`cli`] and [`stress`], the code of the `ds4` and `ds4-stress`
 //! programs (`ds4-bench` lives in `benches/ds4-bench/`).
@@ -20,6 +20,7 @@ pub mod expert_cache;
 pub mod generate;
 pub mod gguf;
 pub mod model;
+pub mod plan;
 #[cfg(feature = "tools")]
 pub mod stress;
 pub mod units;

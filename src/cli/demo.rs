@@ -386,6 +386,45 @@ pub fn run(a: Args) -> CliResult {
     Ok(())
 }
 
+/// Where `--demo` keeps its model: the user's cache directory.
+fn demo_path() -> Result<PathBuf, CliError> {
+    let base = if cfg!(windows) {
+        std::env::var_os("LOCALAPPDATA").map(PathBuf::from)
+    } else {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+    };
+    let base = base.ok_or_else(|| {
+        CliError::runtime(
+            "no cache directory (set XDG_CACHE_HOME or HOME; LOCALAPPDATA on Windows)",
+        )
+    })?;
+    Ok(base.join("ds4-stream").join("ds4-demo.gguf"))
+}
+
+/// The model file: `-m FILE`, or with `--demo` the demo model (generated first if missing).
+pub(super) fn model_path(demo: bool, model: &std::path::Path) -> Result<PathBuf, CliError> {
+    let path = if demo {
+        let p = demo_path()?;
+        if !p.exists() {
+            generate_demo_model(&p, 0)?;
+        }
+        p
+    } else {
+        model.to_path_buf()
+    };
+    if !path.exists() {
+        return Err(CliError::bad_input(format!(
+            "{}: no such file; pass -m FILE with a DS4 Flash GGUF (ds4flash.gguf, 81 GiB), or \
+             --demo to run on the generated demo model",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::route;

@@ -7,6 +7,7 @@ pub mod cat;
 mod demo;
 mod gen_model;
 mod inspect;
+mod plan;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +36,9 @@ pub enum Command {
     /// Generate the demo model if needed and stream its experts through the engine (the main
     /// job on the embedded default).
     Demo(demo::Args),
+    /// Print the memory plan of a run: device lines with their sources, the largest context
+    /// and the expert cache size (exit 1 when it does not fit).
+    Plan(plan::Args),
 }
 
 /// A command's failure: what to print and which exit code to return.
@@ -142,6 +146,7 @@ pub fn main() -> ExitCode {
         Some(Command::Cat(a)) => cat::run(a),
         Some(Command::GenModel(a)) => gen_model::run(a),
         Some(Command::Demo(a)) => demo::run(a),
+        Some(Command::Plan(a)) => plan::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -38,8 +38,9 @@ pub struct Args {
     #[arg(long)]
     pub ssd_streaming: bool,
     /// Expert cache size: a number of experts, or a byte budget (`32GB`, `512MiB`: floor(bytes /
-    /// expert bytes)). Default: a quarter of the routed experts, at most what a quarter of the
-    /// available memory holds.
+    /// expert bytes); GB means GiB here, as in the C engine's flag). Default: on a GPU, the
+    /// memory plan's size (`ds4 plan`); on the host, a quarter of the routed experts, at most
+    /// what a quarter of the available memory holds.
     #[arg(long, value_name = "N|SIZE")]
     pub ssd_streaming_cache_experts: Option<String>,
     /// Cold streaming: unbuffered reads (no page cache), no preload.
@@ -90,24 +91,6 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Where `--demo` keeps its model: the user's cache directory.
-fn demo_path() -> Result<PathBuf, CliError> {
-    let base = if cfg!(windows) {
-        std::env::var_os("LOCALAPPDATA").map(PathBuf::from)
-    } else {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-    };
-    let base = base.ok_or_else(|| {
-        CliError::runtime(
-            "no cache directory (set XDG_CACHE_HOME or HOME; LOCALAPPDATA on Windows)",
-        )
-    })?;
-    Ok(base.join("ds4-stream").join("ds4-demo.gguf"))
-}
-
 fn parse_ids(text: &str) -> Result<Vec<u64>, CliError> {
     text.split(|c: char| c == ',' || c.is_whitespace())
         .filter(|s| !s.is_empty())
@@ -152,24 +135,40 @@ fn tokens(a: &Args, vocab: u64) -> Result<Vec<u32>, CliError> {
         .collect()
 }
 
-/// Cache slots from the flag, or the default, and how they were chosen.
-fn cache_slots(a: &Args, model: &Ds4Model) -> Result<(usize, String), CliError> {
+/// Cache slots from the flag (`32GB` = 32 GiB, as in the C engine: `plan::parse_cache_flag`),
+/// else the plan's size when there is a plan (GPU backends), else the host default.
+fn cache_slots(
+    a: &Args,
+    model: &Ds4Model,
+    plan: Option<&crate::plan::Plan>,
+) -> Result<(usize, String), CliError> {
+    use crate::plan::CacheRequest::{Bytes, Experts};
     let total = model.n_routed_experts();
     let eb = model.layers.first().map_or(1, |l| l.expert_bytes()).max(1);
-    if let Some(s) = &a.ssd_streaming_cache_experts {
-        let s = s.trim();
-        if let Ok(n) = s.parse::<u64>() {
+    let flag = a.ssd_streaming_cache_experts.as_deref();
+    match flag.map(crate::plan::parse_cache_flag).transpose() {
+        Err(e) => return Err(CliError::bad_input(e)),
+        Ok(Some(Experts(n))) => {
             return Ok((
                 n.min(total) as usize,
                 format!("--ssd-streaming-cache-experts {n}"),
-            ));
+            ))
         }
-        let bytes = crate::units::parse_size(s).map_err(|e| {
-            CliError::bad_input(format!("--ssd-streaming-cache-experts {s:?}: {e}"))
-        })?;
+        Ok(Some(Bytes(b))) => {
+            return Ok((
+                (b / eb).min(total) as usize,
+                format!(
+                    "budget {} / {eb} B per expert",
+                    flag.unwrap_or_default().trim()
+                ),
+            ))
+        }
+        _ => {}
+    }
+    if let Some(p) = plan.filter(|p| p.streaming) {
         return Ok((
-            (bytes / eb).min(total) as usize,
-            format!("budget {s} / {eb} B per expert"),
+            p.cache_experts as usize,
+            "the memory plan's size (ds4 plan)".into(),
         ));
     }
     let quarter = total.div_ceil(4);
@@ -312,22 +311,7 @@ struct RunInfo {
 
 /// Opens (generating `--demo`'s model first if needed) and runs.
 pub fn run(a: Args) -> CliResult {
-    let path = if a.demo {
-        let p = demo_path()?;
-        if !p.exists() {
-            super::demo::generate_demo_model(&p, 0)?;
-        }
-        p
-    } else {
-        a.model.clone()
-    };
-    if !path.exists() {
-        return Err(CliError::bad_input(format!(
-            "{}: no such file; pass -m FILE with a DS4 Flash GGUF (ds4flash.gguf, 81 GiB), or \
-             --demo to run on the generated demo model",
-            path.display()
-        )));
-    }
+    let path = super::demo::model_path(a.demo, &a.model)?;
     let (file, model) = Ds4Model::open(&path).map_err(|e| CliError::bad_input(chain(&e)))?;
     let ids = tokens(&a, model.shape.vocab)?;
     let cfg = EngineConfig {
@@ -337,6 +321,14 @@ pub fn run(a: Args) -> CliResult {
     };
     let (device, cuda) = open_device(a.backend)?;
     let backend = device.kind();
+    // The memory plan, before any allocation, where the backend knows its device memory.
+    let plan = super::plan::at_run_start(
+        device.as_ref(),
+        (&file, &model),
+        a.ssd_streaming,
+        a.ssd_streaming_cache_experts.as_deref(),
+        a.json,
+    )?;
     let engine = Engine::open(&path, device, cfg).map_err(|e| CliError::runtime(chain(&e)))?;
     let bad = |e: crate::decode::DecodeError| {
         if e.is_bad_input() {
@@ -352,7 +344,7 @@ pub fn run(a: Args) -> CliResult {
             .map_err(|e| CliError::bad_input(e.to_string()))?,
         None => PolicyKind::DEFAULT,
     };
-    let (slots, how) = cache_slots(&a, &model)?;
+    let (slots, how) = cache_slots(&a, &model, plan.as_ref())?;
     let preload = preload_keys(&a, &model, slots)?;
     let mut preloaded = 0usize;
     let t_load = Instant::now();
