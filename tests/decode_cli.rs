@@ -134,6 +134,23 @@ fn trace_and_dump_have_the_documented_shape() {
         let sum: f64 = w.iter().map(|x| x.as_f64().unwrap()).sum();
         assert!((sum - 1.5).abs() < 1e-5, "weights sum {sum}");
     }
+    // Replaying the recorded routing (weights written exactly) gives the same states, resident
+    // and streamed through a minimal cache.
+    for extra in [
+        &[][..],
+        &["--ssd-streaming", "--ssd-streaming-cache-experts", "6"][..],
+    ] {
+        let mut args = vec![
+            "-m",
+            model.to_str().unwrap(),
+            "--routing-trace",
+            trace.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let r = run_ds4_json(&args);
+        assert_eq!(r["digest"], v["digest"], "replay {extra:?}");
+        assert_eq!(r["tokens"], 3);
+    }
     // Token 5 twice: the same routing and the same hidden state.
     assert_eq!(rows[0]["experts"], rows[2 * layers]["experts"]);
     let h = read_f32s(&dump);

@@ -78,6 +78,10 @@ pub struct Args {
     /// Write the routing of every (token, layer) as JSON Lines (MOE_STACK.md's format).
     #[arg(long)]
     pub record_trace: Option<PathBuf>,
+    /// Replay a routing written by --record-trace instead of the router's (for IO studies: the
+    /// same experts and weights, token by token; the tokens are the trace's).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["tokens", "tokens_file"])]
+    pub routing_trace: Option<PathBuf>,
     /// IO workers, each with its own file handle.
     #[arg(long, default_value_t = 18)]
     pub workers: usize,
@@ -133,6 +137,89 @@ fn tokens(a: &Args, vocab: u64) -> Result<Vec<u32>, CliError> {
             }
         })
         .collect()
+}
+
+/// Reads a `--record-trace` file for replay: the token ids and, per token, one routing per
+/// layer in order. Anything that does not fit the model is bad input naming the line.
+fn read_routing(f: &Path, model: &Ds4Model) -> Result<(Vec<u32>, Vec<Vec<TokenTrace>>), CliError> {
+    #[derive(serde::Deserialize)]
+    struct Row {
+        token: u64,
+        id: u64,
+        layer: usize,
+        experts: Vec<u32>,
+        weights: Vec<f32>,
+    }
+    let text = std::fs::read_to_string(f)
+        .map_err(|e| CliError::bad_input(format!("{}: {e}", f.display())))?;
+    let (n_layer, x, k) = (
+        model.layers.len(),
+        model.shape.n_expert,
+        model.shape.n_expert_used as usize,
+    );
+    let mut ids = Vec::new();
+    let mut out: Vec<Vec<TokenTrace>> = Vec::new();
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let bad =
+            |why: String| CliError::bad_input(format!("{} line {}: {why}", f.display(), i + 1));
+        let r: Row = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
+        let expect_token = if r.layer == 0 {
+            out.len()
+        } else {
+            out.len().wrapping_sub(1)
+        };
+        if r.token as usize != expect_token {
+            return Err(bad(format!("token {} out of order", r.token)));
+        }
+        if r.layer == 0 {
+            if r.id >= model.shape.vocab {
+                return Err(bad(format!("token id {} outside the vocabulary", r.id)));
+            }
+            if out.last().is_some_and(|t| t.len() != n_layer) {
+                return Err(bad(format!(
+                    "the previous token has not all {n_layer} layers"
+                )));
+            }
+            ids.push(r.id as u32);
+            out.push(Vec::with_capacity(n_layer));
+        }
+        let cur = out
+            .last_mut()
+            .ok_or_else(|| bad("the trace does not start at layer 0".into()))?;
+        if r.layer != cur.len() || r.layer >= n_layer {
+            return Err(bad(format!(
+                "layer {} out of order (model: {n_layer} layers)",
+                r.layer
+            )));
+        }
+        if r.experts.len() != k || r.weights.len() != k {
+            return Err(bad(format!("{k} experts and {k} weights expected")));
+        }
+        for (j, &e) in r.experts.iter().enumerate() {
+            if u64::from(e) >= x || r.experts[..j].contains(&e) {
+                return Err(bad(format!("expert {e} outside 0..{x} or repeated")));
+            }
+        }
+        if r.weights.iter().any(|w| !w.is_finite()) {
+            return Err(bad("a weight is not finite".into()));
+        }
+        cur.push(TokenTrace {
+            layer: r.layer,
+            experts: r.experts,
+            weights: r.weights,
+        });
+    }
+    if ids.is_empty() || out.last().is_some_and(|t| t.len() != n_layer) {
+        return Err(CliError::bad_input(format!(
+            "{}: no complete token (each token needs all {n_layer} layers)",
+            f.display()
+        )));
+    }
+    Ok((ids, out))
 }
 
 /// Cache slots from the flag (`32GB` = 32 GiB, as in the C engine: `plan::parse_cache_flag`),
@@ -281,11 +368,15 @@ enum Runner<'a> {
 }
 
 impl Runner<'_> {
-    fn token(&mut self, t: u32) -> Result<(Vec<f32>, Vec<TokenTrace>), crate::decode::DecodeError> {
+    fn token(
+        &mut self,
+        t: u32,
+        forced: Option<&[TokenTrace]>,
+    ) -> Result<(Vec<f32>, Vec<TokenTrace>), crate::decode::DecodeError> {
         match self {
-            Runner::Host(stack, p) => stack.token(t, p.as_mut()),
+            Runner::Host(stack, p) => stack.token(t, p.as_mut(), forced),
             #[cfg(feature = "cuda")]
-            Runner::Cuda(c) => c.token(t),
+            Runner::Cuda(c) => c.token(t, forced),
         }
     }
     fn stats(&self) -> crate::decode::FetchStats {
@@ -313,7 +404,13 @@ struct RunInfo {
 pub fn run(a: Args) -> CliResult {
     let path = super::demo::model_path(a.demo, &a.model)?;
     let (file, model) = Ds4Model::open(&path).map_err(|e| CliError::bad_input(chain(&e)))?;
-    let ids = tokens(&a, model.shape.vocab)?;
+    let (ids, replay) = match &a.routing_trace {
+        Some(f) => {
+            let (ids, r) = read_routing(f, &model)?;
+            (ids, Some(r))
+        }
+        None => (tokens(&a, model.shape.vocab)?, None),
+    };
     let cfg = EngineConfig {
         workers: a.workers,
         cold: a.ssd_streaming_cold,
@@ -393,7 +490,8 @@ pub fn run(a: Args) -> CliResult {
         std::io::stderr().is_terminal()
     };
     for (i, &t) in ids.iter().enumerate() {
-        let (h, tr) = runner.token(t).map_err(bad)?;
+        let forced = replay.as_ref().map(|r| r[i].as_slice());
+        let (h, tr) = runner.token(t, forced).map_err(bad)?;
         hidden.push(h);
         if a.record_trace.is_some() {
             traces.push(tr);

@@ -404,7 +404,11 @@ impl<'a> CudaMoe<'a> {
     }
 
     /// Token `t` through every layer on the GPU: h (read back) and the routing.
-    pub fn token(&mut self, t: u32) -> Result<(Vec<f32>, Vec<TokenTrace>), DecodeError> {
+    pub fn token(
+        &mut self,
+        t: u32,
+        forced: Option<&[TokenTrace]>,
+    ) -> Result<(Vec<f32>, Vec<TokenTrace>), DecodeError> {
         let w = self.w;
         let p = &w.params;
         let (e, k) = (p.n_embd, p.n_used);
@@ -470,7 +474,10 @@ impl<'a> CudaMoe<'a> {
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect();
-            let (ids, wts) = super::stack::route(p, lw, t, &pr)?;
+            let (ids, wts) = match forced {
+                Some(r) => (r[l].experts.clone(), r[l].weights.clone()),
+                None => super::stack::route(p, lw, t, &pr)?,
+            };
             let clamp = p.clamp[l];
             if let Some((full, _)) = self.full.as_ref().filter(|f| l < f.1) {
                 let x = p.n_expert;

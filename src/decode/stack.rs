@@ -59,10 +59,13 @@ impl<'a> MoeStack<'a> {
     }
 
     /// Token `t` through every layer: returns h (E values) and, per layer, the routing.
+    /// `forced`: replay this routing (one entry per layer, validated by the caller) instead of
+    /// the router's (`--routing-trace`, for IO studies; the router still runs).
     pub fn token(
         &self,
         t: u32,
         experts: &mut dyn ExpertProvider,
+        forced: Option<&[TokenTrace]>,
     ) -> Result<(Vec<f32>, Vec<TokenTrace>), DecodeError> {
         let w = self.weights;
         let p = &w.params;
@@ -78,7 +81,10 @@ impl<'a> MoeStack<'a> {
             compute::matvec(GgmlType::F16, &lw.router, p.n_expert, e, &x, &mut z)
                 .map_err(comp("router"))?;
             ops::sqrt_softplus_slice(&z, &mut pr).map_err(comp("sqrt(softplus)"))?;
-            let (ids, wts) = route(p, lw, t, &pr)?;
+            let (ids, wts) = match forced {
+                Some(r) => (r[l].experts.clone(), r[l].weights.clone()),
+                None => route(p, lw, t, &pr)?,
+            };
             let clamp = p.clamp[l];
             // Hits first, misses as they land; the sum below is in router order regardless.
             let fetches = experts.request(l, &ids)?;
