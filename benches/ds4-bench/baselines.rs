@@ -156,7 +156,7 @@ pub fn run_c_load(
         let st = h.stats();
         result.map(|()| RunOut {
             elapsed,
-            direct_fraction: direct_fraction(st.direct_bytes, st.buffered_bytes),
+            direct_fraction: direct_fraction(st.counters.direct_bytes, st.counters.buffered_bytes),
             cpu_secs,
         })
     })

@@ -203,8 +203,8 @@ pub fn run_threads(
         for w in workers {
             match w.join() {
                 Ok(st) => {
-                    direct += st.direct_bytes;
-                    buffered += st.buffered_bytes;
+                    direct += st.counters.direct_bytes;
+                    buffered += st.counters.buffered_bytes;
                 }
                 Err(_) => {
                     first_err.get_or_insert(BenchError::Runtime("a reader thread panicked".into()));

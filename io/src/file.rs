@@ -45,7 +45,7 @@ pub trait ReadAt: Send {
     /// The counters of [`Self::stats`] alone (cheap: no allocation), which the engine samples
     /// around every read to tell which path that read took.
     fn counters(&self) -> ReadCounters {
-        self.stats().counters()
+        self.stats().counters
     }
 }
 
@@ -118,20 +118,8 @@ pub struct ReadCounters {
 /// worker), read back through [`ReadAt::stats`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HandleStats {
-    /// Bytes read through the unbuffered path (O_DIRECT / FILE_FLAG_NO_BUFFERING / F_NOCACHE).
-    pub direct_bytes: u64,
-    /// Bytes read through the buffered (page cache) path.
-    pub buffered_bytes: u64,
-    /// Read system calls issued on the unbuffered path.
-    pub direct_calls: u64,
-    /// Read system calls issued on the buffered path.
-    pub buffered_calls: u64,
-    /// Reads served from the page cache because the cache probe found their bytes there.
-    pub cache_hits: u64,
-    /// Reads the cache probe sent to the unbuffered path.
-    pub cache_misses: u64,
-    /// Cache probes that failed for one read (that read went unbuffered).
-    pub probe_errors: u64,
+    /// Which path each read took (the same counters [`ReadAt::counters`] samples).
+    pub counters: ReadCounters,
     /// How this handle finds out whether a range is in the page cache: "cachestat",
     /// "rwf_nowait", or "none" (cold reads asked for, no unbuffered path, or no probe works
     /// here: see `cache_probe_note`).
@@ -148,21 +136,6 @@ pub struct HandleStats {
     /// `ERROR_WORKING_SET_QUOTA`, `ERROR_NOT_ENOUGH_QUOTA`, `ERROR_INVALID_USER_BUFFER`).
     /// Always 0 on Unix.
     pub call_retries: u64,
-}
-
-impl HandleStats {
-    /// The counters alone.
-    pub fn counters(&self) -> ReadCounters {
-        ReadCounters {
-            direct_bytes: self.direct_bytes,
-            buffered_bytes: self.buffered_bytes,
-            direct_calls: self.direct_calls,
-            buffered_calls: self.buffered_calls,
-            cache_hits: self.cache_hits,
-            cache_misses: self.cache_misses,
-            probe_errors: self.probe_errors,
-        }
-    }
 }
 
 /// A file that can hand out independent per-worker handles.

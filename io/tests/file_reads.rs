@@ -135,14 +135,14 @@ fn large_reads_aligned_and_unaligned() {
     read_check(h.as_mut(), &p, 4096 + 5, 64 * MIB as usize + 3, 1);
     let s2 = h.stats();
     if s0.direct_active {
-        assert_eq!(s0.direct_bytes, 64 * MIB, "{s0:?}");
+        assert_eq!(s0.counters.direct_bytes, 64 * MIB, "{s0:?}");
         let align = h.direct_alignment().unwrap() as u64;
-        let direct = s1.direct_bytes - s0.direct_bytes;
-        let buffered = s1.buffered_bytes - s0.buffered_bytes;
+        let direct = s1.counters.direct_bytes - s0.counters.direct_bytes;
+        let buffered = s1.counters.buffered_bytes - s0.counters.buffered_bytes;
         assert_eq!(direct + buffered, 64 * MIB + 3);
         assert!(buffered < 2 * align, "split read: {s0:?} -> {s1:?}");
         // A buffer whose address cannot line up with the aligned file offsets: all buffered.
-        assert_eq!(s2.direct_bytes, s1.direct_bytes, "{s2:?}");
+        assert_eq!(s2.counters.direct_bytes, s1.counters.direct_bytes, "{s2:?}");
     }
     // The whole file in one read.
     read_check(h.as_mut(), &p, 0, len as usize, 0);
@@ -233,37 +233,42 @@ fn direct_path_is_taken_for_aligned_requests_or_the_fallback_is_recorded() {
     read_check(h.as_mut(), &p, 0, MIB as usize, 0);
     let s = h.stats();
     assert_eq!(
-        s.direct_bytes + s.buffered_bytes - before.direct_bytes - before.buffered_bytes,
+        s.counters.direct_bytes + s.counters.buffered_bytes
+            - before.counters.direct_bytes
+            - before.counters.buffered_bytes,
         MIB
     );
-    if s.direct_bytes == MIB {
+    if s.counters.direct_bytes == MIB {
         assert!(s.direct_active && s.direct_fallback.is_none(), "{s:?}");
         assert!(h.direct_alignment().is_some());
     } else {
         // The OS refused: the read still arrived, buffered, and the handle says why.
-        assert_eq!(s.buffered_bytes, MIB, "{s:?}");
+        assert_eq!(s.counters.buffered_bytes, MIB, "{s:?}");
         assert!(!s.direct_active && s.direct_fallback.is_some(), "{s:?}");
         assert!(h.direct_alignment().is_none());
     }
     #[cfg(target_os = "linux")]
     assert_eq!(
-        s.direct_bytes == MIB,
+        s.counters.direct_bytes == MIB,
         os_takes_direct(&path),
         "O_DIRECT use disagrees with a direct probe: {s:?}"
     );
 
     // Unaligned small requests never use the unbuffered path.
-    let d0 = h.stats().direct_bytes;
+    let d0 = h.stats().counters.direct_bytes;
     read_check(h.as_mut(), &p, 1, 4096, 0);
     read_check(h.as_mut(), &p, 4096, 4096, 1);
-    assert_eq!(h.stats().direct_bytes, d0);
+    assert_eq!(h.stats().counters.direct_bytes, d0);
 
     // direct = false: never unbuffered.
     let src = FileSource::open(&path, cfg(false)).unwrap();
     let mut h = src.open_handle().unwrap();
     read_check(h.as_mut(), &p, 0, MIB as usize, 0);
     let s = h.stats();
-    assert_eq!((s.direct_bytes, s.buffered_bytes), (0, MIB));
+    assert_eq!(
+        (s.counters.direct_bytes, s.counters.buffered_bytes),
+        (0, MIB)
+    );
     assert!(!s.direct_active);
     assert!(h.direct_alignment().is_none());
 }
@@ -326,7 +331,7 @@ fn eighteen_threads_with_their_own_handles() {
     let mut total = 0;
     for t in threads {
         let s = t.join().expect("reader thread panicked");
-        total += s.direct_bytes + s.buffered_bytes;
+        total += s.counters.direct_bytes + s.counters.buffered_bytes;
     }
     assert!(total > 0);
 }

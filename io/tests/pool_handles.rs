@@ -96,10 +96,10 @@ fn eighteen_workers_hold_their_own_handles_and_close_them() {
                 p.verify(off, &b).map_err(std::io::Error::other)?;
                 let s = h.stats();
                 assert!(
-                    s.direct_bytes == MIB || s.direct_fallback.is_some(),
+                    s.counters.direct_bytes == MIB || s.direct_fallback.is_some(),
                     "{s:?}"
                 );
-                if s.direct_bytes == MIB {
+                if s.counters.direct_bytes == MIB {
                     direct.fetch_add(1, Ordering::SeqCst);
                 }
                 Ok(())

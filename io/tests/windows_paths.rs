@@ -35,7 +35,11 @@ fn aligned_requests_use_no_buffering_and_unaligned_ones_do_not() {
     h.read_exact_at(&mut buf, off).unwrap();
     p.verify(off, &buf).unwrap();
     let s = h.stats();
-    assert_eq!((s.direct_bytes, s.buffered_bytes), (2 * MIB, 0), "{s:?}");
+    assert_eq!(
+        (s.counters.direct_bytes, s.counters.buffered_bytes),
+        (2 * MIB, 0),
+        "{s:?}"
+    );
     assert!(s.direct_active && s.direct_fallback.is_none(), "{s:?}");
 
     // Unaligned buffer address: the buffered handle, same bytes.
@@ -45,8 +49,8 @@ fn aligned_requests_use_no_buffering_and_unaligned_ones_do_not() {
     h.read_exact_at(&mut buf[..1000], off + 3).unwrap();
     p.verify(off + 3, &buf[..1000]).unwrap();
     let s2 = h.stats();
-    assert_eq!(s2.direct_bytes, s.direct_bytes, "{s2:?}");
-    assert_eq!(s2.buffered_bytes, 4096 + 1000, "{s2:?}");
+    assert_eq!(s2.counters.direct_bytes, s.counters.direct_bytes, "{s2:?}");
+    assert_eq!(s2.counters.buffered_bytes, 4096 + 1000, "{s2:?}");
 
     // Large unaligned request with a matching buffer: head and tail buffered, middle unbuffered.
     let n = 3 * MIB as usize + 10;
@@ -56,11 +60,11 @@ fn aligned_requests_use_no_buffering_and_unaligned_ones_do_not() {
     p.verify(start, &big[7..7 + n]).unwrap();
     let s3 = h.stats();
     assert!(
-        s3.direct_bytes - s2.direct_bytes >= n as u64 - 2 * align as u64,
+        s3.counters.direct_bytes - s2.counters.direct_bytes >= n as u64 - 2 * align as u64,
         "{s3:?}"
     );
     assert!(
-        s3.buffered_bytes - s2.buffered_bytes < 2 * align as u64,
+        s3.counters.buffered_bytes - s2.counters.buffered_bytes < 2 * align as u64,
         "{s3:?}"
     );
 
@@ -91,7 +95,10 @@ fn direct_off_never_opens_the_unbuffered_handle() {
     h.read_exact_at(&mut buf, 0).unwrap();
     p.verify(0, &buf).unwrap();
     let s = h.stats();
-    assert_eq!((s.direct_bytes, s.buffered_bytes), (0, MIB));
+    assert_eq!(
+        (s.counters.direct_bytes, s.counters.buffered_bytes),
+        (0, MIB)
+    );
     assert!(h.direct_alignment().is_none());
 }
 
@@ -139,7 +146,11 @@ fn eighteen_pool_workers_read_past_4gib_unbuffered_through_their_own_handles() {
             "two jobs on one worker despite the barrier"
         );
         // Each worker's own handle did its first read unbuffered.
-        assert_eq!((s.direct_bytes, s.buffered_bytes), (MIB, 0), "{s:?}");
+        assert_eq!(
+            (s.counters.direct_bytes, s.counters.buffered_bytes),
+            (MIB, 0),
+            "{s:?}"
+        );
     }
 }
 

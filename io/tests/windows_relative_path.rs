@@ -53,7 +53,7 @@ fn short_relative_path_longer_than_max_path_once_absolute() {
         h.read_exact_at(&mut buf[..1000], 12345).unwrap();
         p.verify(12345, &buf[..1000]).unwrap();
         let s = h.stats();
-        assert_eq!(s.direct_bytes > 0, direct, "{s:?}");
+        assert_eq!(s.counters.direct_bytes > 0, direct, "{s:?}");
     }
     // Leave the directory before the scratch dir is removed (Windows cannot remove a current
     // directory).

@@ -227,7 +227,7 @@ impl UnixHandle {
                 // part from the disk).
                 Ok((cached, pages)) => cached * 2 >= pages,
                 Err(_) => {
-                    self.stats.probe_errors += 1;
+                    self.stats.counters.probe_errors += 1;
                     return false;
                 }
             },
@@ -242,15 +242,15 @@ impl UnixHandle {
                     return false;
                 }
                 Err(_) => {
-                    self.stats.probe_errors += 1;
+                    self.stats.counters.probe_errors += 1;
                     return false;
                 }
             },
         };
         if hit {
-            self.stats.cache_hits += 1;
+            self.stats.counters.cache_hits += 1;
         } else {
-            self.stats.cache_misses += 1;
+            self.stats.counters.cache_misses += 1;
         }
         hit
     }
@@ -303,10 +303,14 @@ impl UnixHandle {
 
     fn read_buffered(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let fd = self.buffered.as_raw_fd();
-        let (done, err) = exact_loop(buf, offset, None, &mut self.stats.buffered_calls, |b, o| {
-            pread_once(fd, b, o)
-        });
-        self.stats.buffered_bytes += done as u64;
+        let (done, err) = exact_loop(
+            buf,
+            offset,
+            None,
+            &mut self.stats.counters.buffered_calls,
+            |b, o| pread_once(fd, b, o),
+        );
+        self.stats.counters.buffered_bytes += done as u64;
         match err {
             Some(e) => Err(e),
             None => Ok(()),
@@ -331,10 +335,10 @@ impl UnixHandle {
             buf,
             offset,
             Some(align),
-            &mut self.stats.direct_calls,
+            &mut self.stats.counters.direct_calls,
             |b, o| pread_once(fd, b, o),
         );
-        self.stats.direct_bytes += done as u64;
+        self.stats.counters.direct_bytes += done as u64;
         let rest_off = offset + done as u64;
         match err {
             None if done == buf.len() => Ok(()),
@@ -421,7 +425,7 @@ impl ReadAt for UnixHandle {
     }
 
     fn counters(&self) -> crate::file::ReadCounters {
-        self.stats.counters()
+        self.stats.counters
     }
 }
 
@@ -721,12 +725,12 @@ mod tests {
         let s = h.stats();
         assert!(!s.direct_active, "{s:?}");
         assert!(s.direct_fallback.is_some(), "{s:?}");
-        assert_eq!(s.buffered_bytes, 4096);
+        assert_eq!(s.counters.buffered_bytes, 4096);
         assert!(h.direct_alignment().is_none());
         // Later requests stay on the buffered path.
         h.read_exact_at(&mut buf[1..], 4099).unwrap();
         p.verify(4099, &buf[1..]).unwrap();
-        assert_eq!(h.stats().direct_calls, s.direct_calls);
+        assert_eq!(h.stats().counters.direct_calls, s.counters.direct_calls);
     }
 
     /// The cache-first decision (`use_cache`), with each probe this kernel offers: a range in
@@ -771,8 +775,15 @@ mod tests {
             h.read_exact_at(&mut buf, 0).unwrap();
             p.verify(0, &buf).unwrap();
             let s = h.stats();
-            assert_eq!(s.cache_hits, before.cache_hits + 1, "{probe:?} {s:?}");
-            assert_eq!(s.direct_bytes, before.direct_bytes, "{probe:?}");
+            assert_eq!(
+                s.counters.cache_hits,
+                before.counters.cache_hits + 1,
+                "{probe:?} {s:?}"
+            );
+            assert_eq!(
+                s.counters.direct_bytes, before.counters.direct_bytes,
+                "{probe:?}"
+            );
             // Cold: dropped from the cache, read unbuffered.
             drop_all(&h);
             let (cached, _) = linux::cachestat(&h.buffered, 0, LEN).unwrap_or((0, 0));
@@ -784,8 +795,16 @@ mod tests {
             h.read_exact_at(&mut buf, 4 << 20).unwrap();
             p.verify(4 << 20, &buf).unwrap();
             let s = h.stats();
-            assert_eq!(s.cache_misses, before.cache_misses + 1, "{probe:?} {s:?}");
-            assert_eq!(s.direct_bytes, before.direct_bytes + (1 << 20), "{probe:?}");
+            assert_eq!(
+                s.counters.cache_misses,
+                before.counters.cache_misses + 1,
+                "{probe:?} {s:?}"
+            );
+            assert_eq!(
+                s.counters.direct_bytes,
+                before.counters.direct_bytes + (1 << 20),
+                "{probe:?}"
+            );
             if let Ok((cached, _)) = linux::cachestat(&h.buffered, 4 << 20, 1 << 20) {
                 assert!(
                     cached <= 2,

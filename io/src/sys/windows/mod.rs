@@ -331,12 +331,18 @@ impl WinHandle {
         let (file, event, timeout) = (self.file.0, self.event.0, self.timeout);
         let mut size = CallSize::new(BUFFERED_FLOOR);
         let retries = &mut self.stats.call_retries;
-        let (done, err) = exact_loop(buf, offset, None, &mut self.stats.buffered_calls, |b, o| {
-            size.read(b, o, retries, |b, o| {
-                read_overlapped(file, event, b, o, timeout)
-            })
-        });
-        self.stats.buffered_bytes += done as u64;
+        let (done, err) = exact_loop(
+            buf,
+            offset,
+            None,
+            &mut self.stats.counters.buffered_calls,
+            |b, o| {
+                size.read(b, o, retries, |b, o| {
+                    read_overlapped(file, event, b, o, timeout)
+                })
+            },
+        );
+        self.stats.counters.buffered_bytes += done as u64;
         err.map_or(Ok(()), Err)
     }
 
@@ -354,7 +360,7 @@ impl WinHandle {
             buf,
             offset,
             Some((align.offset, align.memory)),
-            &mut self.stats.direct_calls,
+            &mut self.stats.counters.direct_calls,
             |b, o| {
                 size.read(b, o, retries, |b, o| {
                     debug_assert_aligned(b, o, align.offset, align.memory);
@@ -362,7 +368,7 @@ impl WinHandle {
                 })
             },
         );
-        self.stats.direct_bytes += done as u64;
+        self.stats.counters.direct_bytes += done as u64;
         let rest_off = offset + done as u64;
         match err {
             None if done == buf.len() => Ok(()),

@@ -41,9 +41,12 @@ fn refused_unbuffered_read_falls_back() {
     p.verify(3, &buf[1..]).unwrap();
     let s = h.stats();
     if s.direct_fallback.is_some() {
-        assert!(!s.direct_active && s.buffered_bytes == 4096, "{s:?}");
+        assert!(
+            !s.direct_active && s.counters.buffered_bytes == 4096,
+            "{s:?}"
+        );
     } else {
-        assert_eq!(s.direct_bytes, 4096, "{s:?}");
+        assert_eq!(s.counters.direct_bytes, 4096, "{s:?}");
     }
 }
 
@@ -161,11 +164,15 @@ fn large_reads_are_split_into_64_mib_calls() {
     h.read_exact_at(&mut buf, 0).unwrap();
     p.verify(0, &buf).unwrap();
     let s = h.stats();
-    assert_eq!((s.direct_calls, s.direct_bytes), (3, len), "{s:?}");
+    assert_eq!(
+        (s.counters.direct_calls, s.counters.direct_bytes),
+        (3, len),
+        "{s:?}"
+    );
     h.read_buffered(&mut buf[1..1 + (70 << 20)], 5).unwrap();
     p.verify(5, &buf[1..1 + (70 << 20)]).unwrap();
     let s = h.stats();
-    assert_eq!(s.buffered_calls, 2, "{s:?}");
+    assert_eq!(s.counters.buffered_calls, 2, "{s:?}");
     assert_eq!(s.call_retries, 0, "{s:?}");
 }
 
