@@ -31,7 +31,8 @@ pub enum CaseArg {
     EngineHost,
     /// Raw ds4_io threads, straight into the destination (swept).
     IoThreads,
-    /// The old path: memmap2 mapping + copy.
+    /// The old path: memmap2 mapping + copy (on a GPU backend: a blocking copy from the mapping
+    /// to device memory, the path that crashed on Windows ROCm).
     Mmap,
     /// The C engine's load path: 1 reader, 4 x 64 MiB staging, copy thread.
     CLoad,

@@ -143,6 +143,50 @@ impl EngineBench {
         })
     }
 
+    /// The old path onto this device (the `mmap` case on a GPU): the file mapped with
+    /// memmap2, each request copied from the mapping into the destination by the backend's
+    /// blocking pageable copy ([`Device::copy_pageable_blocking`]), one after another on one
+    /// thread, as the C engine's mmap fallback does. Mapping the file is not timed.
+    pub fn old_path(&self, path: &Path, plan: &Plan) -> Result<RunOut, BenchError> {
+        let io = |what: &'static str, e: std::io::Error| BenchError::Io {
+            what,
+            path: path.to_path_buf(),
+            offset: 0,
+            len: plan.file_len,
+            source: e,
+        };
+        let f = std::fs::File::open(path).map_err(|e| io("open for mmap", e))?;
+        // SAFETY: read-only mapping of a file the benchmark does not modify while it runs
+        // (as in `baselines::run_mmap`; a truncation meanwhile would SIGBUS).
+        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| io("mmap", e))?;
+        if (map.len() as u64) < plan.file_len {
+            return Err(BenchError::Runtime(format!(
+                "{} shrank to {} bytes during the benchmark",
+                path.display(),
+                map.len()
+            )));
+        }
+        let clock = Clock::start();
+        for batch in &plan.batches {
+            for r in batch {
+                let s = r.file_off as usize;
+                self.device
+                    .copy_pageable_blocking(
+                        &map[s..s + r.len as usize],
+                        &self.dest,
+                        r.dest_off as usize,
+                    )
+                    .map_err(|e| device_err("old path (pageable copy from the mapping)", e))?;
+            }
+        }
+        let (elapsed, cpu_secs) = clock.stop();
+        Ok(RunOut {
+            elapsed,
+            direct_fraction: None,
+            cpu_secs,
+        })
+    }
+
     /// The case name in rows (verification messages).
     pub fn name(&self) -> &'static str {
         if self.host_visible {

@@ -440,6 +440,17 @@ impl Ctx<'_> {
                 };
                 run_threads(&path, plan, self.dest.ptr(), cfg)?
             }
+            // On a GPU, the old path is the one that crashed on Windows ROCm: copies to the
+            // device straight from the file mapping (pageable, demand-paged memory).
+            Case::Mmap if !self.host_backend() => {
+                let eb = match self.engine_staged.take() {
+                    Some(eb) => eb,
+                    None => EngineBench::new(self.args.backend, false, self.dest.len())?,
+                };
+                let r = self.run_old_path_once(&eb, plan, m);
+                self.engine_staged = Some(eb);
+                r?
+            }
             Case::Mmap => {
                 self.dest.poison(plan.dest_len);
                 baselines::run_mmap(&path, plan, self.dest.ptr())?
@@ -459,7 +470,9 @@ impl Ctx<'_> {
         m.times.push(secs);
         m.cache = method;
         m.direct_fraction = out.direct_fraction;
-        if !matches!(case, Case::Engine { .. }) {
+        let verified_on_device = matches!(case, Case::Engine { .. })
+            || (matches!(case, Case::Mmap) && !self.host_backend());
+        if !verified_on_device {
             if self.args.inject_corruption {
                 self.dest.corrupt_one_byte(plan);
             }
@@ -498,6 +511,33 @@ impl Ctx<'_> {
         m.verified_bytes += self
             .verifier
             .check(plan, eb.name(), self.args.seed, &mut |o, b| eb.read(o, b))?;
+        Ok(out)
+    }
+
+    /// True when the destination is host memory (`--backend host`).
+    fn host_backend(&self) -> bool {
+        matches!(
+            self.args.backend,
+            ds4_stream::device::BackendArg::Kind(ds4_stream::device::BackendKind::Host)
+        )
+    }
+
+    /// The `mmap` case on a GPU: poison, copy every request from the file mapping to the
+    /// device (pageable source), verify through the device.
+    fn run_old_path_once(
+        &self,
+        eb: &EngineBench,
+        plan: &Plan,
+        m: &mut Measured,
+    ) -> Result<super::threads::RunOut, BenchError> {
+        eb.poison(plan.dest_len)?;
+        let out = eb.old_path(&self.file.path, plan)?;
+        if self.args.inject_corruption {
+            eb.corrupt_one_byte(plan)?;
+        }
+        m.verified_bytes += self
+            .verifier
+            .check(plan, "mmap", self.args.seed, &mut |o, b| eb.read(o, b))?;
         Ok(out)
     }
 

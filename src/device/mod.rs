@@ -291,6 +291,27 @@ pub trait Device: Send + Sync + fmt::Debug {
     fn memory_info(&self) -> Result<Option<MemInfo>, DeviceError> {
         Ok(None)
     }
+
+    /// The path this engine replaces, kept only so benchmarks can measure it (`ds4-bench io
+    /// --cases mmap` on a GPU): a blocking copy from *pageable* host memory (a file mapping)
+    /// into `dst[dst_offset..]`, after every copy queued before it. The driver bounces pageable
+    /// sources through its own staging and page faults stall it; the engine itself never calls
+    /// this. Holds a write lease on the range while it runs. Backends without it (host, HIP)
+    /// answer [`DeviceError::Backend`] with code -1.
+    fn copy_pageable_blocking(
+        &self,
+        src: &[u8],
+        dst: &Arc<DeviceBuffer>,
+        dst_offset: usize,
+    ) -> Result<(), DeviceError> {
+        let _ = (src, dst, dst_offset);
+        Err(DeviceError::Backend {
+            backend: self.kind(),
+            call: "copy_pageable_blocking",
+            code: -1,
+            detail: "not provided by this backend (a benchmark baseline only)".into(),
+        })
+    }
 }
 
 /// Device memory as the driver reports it (bytes).

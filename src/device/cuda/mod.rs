@@ -527,6 +527,41 @@ impl Device for CudaDevice {
         let (free, total) = self.ctx.mem_info()?;
         Ok(Some(MemInfo { free, total }))
     }
+
+    fn copy_pageable_blocking(
+        &self,
+        src: &[u8],
+        dst: &Arc<DeviceBuffer>,
+        dst_offset: usize,
+    ) -> Result<(), DeviceError> {
+        let _lease = dst.lease_write(dst_offset, src.len())?;
+        let mem = self.ours(dst)?;
+        self.synchronize()?;
+        self.ctx.bind()?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        match mem.host {
+            Some(h) => {
+                // SAFETY: mapped memory valid for `len` bytes; the range was checked by the
+                // lease, which keeps every other writer and reader out; the stream is idle.
+                let d = unsafe {
+                    std::slice::from_raw_parts_mut(h.as_ptr().add(dst_offset), src.len())
+                };
+                d.copy_from_slice(src);
+            }
+            None => {
+                // SAFETY: `src` is a live slice of `len` bytes (pageable: the driver stages it
+                // and returns when the copy is done); the destination range lies in `mem`
+                // (checked by the lease) and is exclusively ours while the lease lives.
+                let r = unsafe {
+                    sys::cuMemcpyHtoD_v2(mem.at(dst_offset), void(src.as_ptr()), src.len())
+                };
+                check(r, "cuMemcpyHtoD")?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl CudaDevice {
