@@ -62,6 +62,11 @@ pub struct Args {
     /// Print the plan as one JSON object (with max_ctx and cache_experts).
     #[arg(long)]
     pub json: bool,
+    /// Measure the fragmentation headroom on the device instead of planning: the largest
+    /// single allocation the driver grants next to the free memory it reports (to 2 MiB;
+    /// allocates and frees almost all free device memory several times). GPU backends only.
+    #[arg(long, conflicts_with = "gpu_mem")]
+    pub measure_headroom: bool,
 }
 
 fn size(flag: &str, text: &str) -> Result<u64, CliError> {
@@ -131,7 +136,43 @@ pub(super) fn at_run_start(
     Ok(Some(p))
 }
 
+/// `ds4 plan --measure-headroom`: the probe of [`plan::measure_headroom`] on the device.
+fn measure(a: &Args) -> CliResult {
+    let dev = a
+        .backend
+        .open(OpenOptions::default())
+        .map_err(|e| CliError::runtime(chain(&e)))?;
+    if dev.memory_info().ok().flatten().is_none() {
+        return Err(CliError::bad_input(format!(
+            "--measure-headroom needs a GPU: the {} backend has no device memory of its own",
+            dev.kind().as_str()
+        )));
+    }
+    let p = plan::measure_headroom(dev.as_ref(), 2 << 20)
+        .map_err(|e| CliError::runtime(format!("measuring the headroom: {}", chain(&e))))?;
+    let text = if a.json {
+        let mut v = serde_json::to_value(p)
+            .map_err(|e| CliError::runtime(format!("probe to JSON: {e}")))?;
+        v["device"] = dev.name().into();
+        format!("{v}\n")
+    } else {
+        format!(
+            "{}: {} free; largest single allocation {} ({} attempts, step {}): headroom {}\n",
+            dev.name(),
+            human_bytes(p.free),
+            human_bytes(p.largest),
+            p.attempts,
+            human_bytes(p.step),
+            human_bytes(p.headroom)
+        )
+    };
+    super::out(&text).map(|_| ())
+}
+
 pub fn run(a: Args) -> CliResult {
+    if a.measure_headroom {
+        return measure(&a);
+    }
     let path = super::demo::model_path(a.demo, &a.model)?;
     let model = model_sizes(&path)?;
     let (total, free, source) = match &a.gpu_mem {

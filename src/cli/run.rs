@@ -368,6 +368,15 @@ enum Runner<'a> {
 }
 
 impl Runner<'_> {
+    /// The device allocation steps, measured (GPU runners; empty on the host).
+    fn alloc_steps(&self) -> serde_json::Value {
+        match self {
+            Runner::Host(..) => serde_json::json!([]),
+            #[cfg(feature = "cuda")]
+            Runner::Cuda(c) => serde_json::to_value(c.alloc_steps()).unwrap_or_default(),
+        }
+    }
+
     fn token(
         &mut self,
         t: u32,
@@ -398,6 +407,8 @@ struct RunInfo {
     policy: PolicyKind,
     preloaded: usize,
     full_layers: usize,
+    /// The plan's device lines beside the measured allocations (GPU backends).
+    mem: Option<serde_json::Value>,
 }
 
 /// Opens (generating `--demo`'s model first if needed) and runs.
@@ -482,6 +493,7 @@ pub fn run(a: Args) -> CliResult {
         ),
     };
     let load_secs = t_load.elapsed().as_secs_f64();
+    let free_after_load = free_memory(engine.device().as_ref());
     let mut hidden: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
     let mut traces: Vec<Vec<TokenTrace>> = Vec::new();
     let t0 = Instant::now();
@@ -512,6 +524,12 @@ pub fn run(a: Args) -> CliResult {
         write_trace(f, &ids, &traces)?;
     }
     let st = runner.stats();
+    let mem = device_memory(
+        plan.as_ref(),
+        &runner,
+        free_after_load,
+        free_memory(engine.device().as_ref()),
+    );
     let run = RunInfo {
         backend,
         secs,
@@ -521,8 +539,38 @@ pub fn run(a: Args) -> CliResult {
         policy,
         preloaded,
         full_layers: a.ssd_streaming_full_layers.min(model.layers.len()),
+        mem,
     };
     report(&a, &path, &model, &ids, &run, &st, &digest)
+}
+
+fn free_memory(dev: &dyn Device) -> Option<u64> {
+    dev.memory_info().ok().flatten().map(|m| m.free)
+}
+
+/// The memory plan's device lines beside what this run's allocations took from the device's
+/// free memory (GPU backends; `None` on the host). Issue 10's check of the plan against reality.
+fn device_memory(
+    plan: Option<&crate::plan::Plan>,
+    runner: &Runner<'_>,
+    free_after_load: Option<u64>,
+    free_after_run: Option<u64>,
+) -> Option<serde_json::Value> {
+    let plan = plan?;
+    let steps = runner.alloc_steps();
+    let lines: Vec<_> = plan
+        .lines
+        .iter()
+        .filter(|l| l.side == crate::plan::Side::Device)
+        .map(|l| serde_json::json!({"what": l.what, "bytes": l.bytes}))
+        .collect();
+    Some(serde_json::json!({
+        "free_at_plan": plan.device_free,
+        "free_after_load": free_after_load,
+        "free_after_run": free_after_run,
+        "steps": steps,
+        "plan_lines": lines,
+    }))
 }
 
 fn write_dump(f: &Path, hidden: &[Vec<f32>]) -> CliResult {
@@ -571,6 +619,7 @@ fn report(
         policy,
         preloaded,
         full_layers,
+        ref mem,
     } = *run;
     let kernels = match backend {
         BackendKind::Host => "the host's reference kernels",
@@ -615,6 +664,9 @@ fn report(
             v["fetch_p99_us"] = st.fetch_p99_us.into();
             v["prefetched_hash_experts"] = st.prefetched.into();
         }
+        if let Some(m) = mem {
+            v["device_memory"] = m.clone();
+        }
         super::out(&format!("{v}\n"))?;
         return Ok(());
     }
@@ -645,6 +697,9 @@ fn report(
             st.prefetched
         );
     }
+    if let Some(m) = mem {
+        write_device_memory(&mut t, m);
+    }
     let _ = writeln!(t, "digest (sha256 of every hidden state): {digest}");
     let _ = writeln!(
         t,
@@ -652,4 +707,39 @@ fn report(
          hyper-connections), on {kernels} ({backend})"
     );
     super::out(&t).map(|_| ())
+}
+
+/// The device-memory check in words: each measured step (asked for, free memory dropped by),
+/// then the run's total drop against the plan's device lines.
+fn write_device_memory(t: &mut String, m: &serde_json::Value) {
+    use crate::units::human_bytes;
+    let b = |v: &serde_json::Value| v.as_u64().map_or("?".to_string(), human_bytes);
+    if let Some(steps) = m["steps"].as_array() {
+        for s in steps {
+            let _ = writeln!(
+                t,
+                "device memory: {}: asked {}, free memory dropped by {}",
+                s["what"].as_str().unwrap_or("?"),
+                b(&s["requested"]),
+                b(&s["free_drop"])
+            );
+        }
+    }
+    if let (Some(p), Some(r)) = (m["free_at_plan"].as_u64(), m["free_after_run"].as_u64()) {
+        let _ = writeln!(
+            t,
+            "device memory: free {} at the plan, {} after the run (dropped by {}; plan lines: {})",
+            human_bytes(p),
+            human_bytes(r),
+            human_bytes(p.saturating_sub(r)),
+            m["plan_lines"]
+                .as_array()
+                .map(|ls| ls
+                    .iter()
+                    .map(|l| format!("{} {}", l["what"].as_str().unwrap_or("?"), b(&l["bytes"])))
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default()
+        );
+    }
 }

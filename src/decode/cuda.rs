@@ -80,6 +80,32 @@ pub struct CudaMoe<'a> {
     stall: Duration,
     prefetched: u64,
     hist: Histogram<u64>,
+    /// What each allocation step asked for and what it took from the device's free memory.
+    alloc_steps: Vec<AllocStep>,
+}
+
+/// One allocation step of [`CudaMoe`], measured: the bytes asked for and the drop of the
+/// device's free memory (`cuMemGetInfo`) across the step, which also shows the driver's
+/// rounding and anything else allocated meanwhile (the memory plan's check: docs/PLANNER.md).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AllocStep {
+    pub what: &'static str,
+    pub requested: u64,
+    /// Free memory before minus after (`None` where the device cannot say).
+    pub free_drop: Option<u64>,
+}
+
+/// Free device memory now, if the device can say.
+fn free_now(dev: &CudaDevice) -> Option<u64> {
+    dev.memory_info().ok().flatten().map(|m| m.free)
+}
+
+fn step(what: &'static str, requested: u64, before: Option<u64>, after: Option<u64>) -> AllocStep {
+    AllocStep {
+        what,
+        requested,
+        free_drop: before.zip(after).map(|(b, a)| b.saturating_sub(a)),
+    }
 }
 
 fn upload(dev: &CudaDevice, bytes: &[u8]) -> Result<Arc<DeviceBuffer>, DecodeError> {
@@ -113,10 +139,15 @@ impl<'a> CudaMoe<'a> {
     ) -> Result<Self, DecodeError> {
         let p = &w.params;
         let (e, x) = (p.n_embd, p.n_expert);
+        let mut alloc_steps = Vec::new();
+        let free0 = free_now(&dev);
+        let mut weight_bytes = 0u64;
         let mut layers = Vec::with_capacity(w.layers.len());
         for lw in &w.layers {
+            weight_bytes += (lw.ffn_norm.len() * 4 + lw.router.len()) as u64;
             let shared = match &lw.shared {
                 Some([g, u, d]) => {
+                    weight_bytes += (g.1.len() + u.1.len() + d.1.len()) as u64;
                     let rows = g.1.len()
                         / crate::compute::row_bytes(g.0, e).map_err(|err| {
                             DecodeError::Compute {
@@ -138,6 +169,13 @@ impl<'a> CudaMoe<'a> {
                 shared,
             });
         }
+        let free1 = free_now(&dev);
+        alloc_steps.push(step(
+            "resident weights (MoE part: norms, routers, shared experts)",
+            weight_bytes,
+            free0,
+            free1,
+        ));
         let first = model
             .layers
             .first()
@@ -172,12 +210,21 @@ impl<'a> CudaMoe<'a> {
             y: vec(e)?,
             up_h: dev.alloc_pinned(e * 4).map_err(dev_err("alloc pinned"))?,
         };
+        let scratch_bytes = 4 * (2 * e + 2 * x + 3 * ff.max(shared_ff) + (k + 2) * e) as u64;
+        let free2 = free_now(&dev);
+        alloc_steps.push(step("decode scratch vectors", scratch_bytes, free1, free2));
         let total = model.n_routed_experts() as usize;
         let n_slots = slots.unwrap_or(total).min(total);
         let slab_len = n_slots
             .checked_mul(expert_bytes)
             .ok_or_else(|| DecodeError::Cache("slab size overflows".into()))?;
         let slab = Arc::new(dev.alloc(slab_len).map_err(dev_err("expert slab"))?);
+        alloc_steps.push(step(
+            "expert cache slab",
+            slab_len as u64,
+            free2,
+            free_now(&dev),
+        ));
         let cache = ExpertCache::new(n_slots, k, expert_bytes as u64, policy)
             .map_err(|e| DecodeError::Cache(e.to_string()))?;
         let mut me = Self {
@@ -198,6 +245,7 @@ impl<'a> CudaMoe<'a> {
             stall: Duration::ZERO,
             prefetched: 0,
             hist: Histogram::new(3).expect("3 significant figures is valid"),
+            alloc_steps,
         };
         if slots.is_none() {
             // Resident: every expert read now, layer by layer.
@@ -332,13 +380,26 @@ impl<'a> CudaMoe<'a> {
         self.dev.matvec(dt, buf, base + dof, &s.a, out, e, ff)
     }
 
+    /// The allocation steps so far, each with the bytes asked for and the drop of free device
+    /// memory it caused.
+    pub fn alloc_steps(&self) -> &[AllocStep] {
+        &self.alloc_steps
+    }
+
     /// Makes the first `n` layers' experts resident in a slab of their own (read now), outside
     /// the cache (`--ssd-streaming-full-layers`).
     pub fn with_full_layers(mut self, n: usize) -> Result<Self, DecodeError> {
         let n = n.min(self.model.layers.len());
         let x = self.model.shape.n_expert as usize;
         let len = n * x * self.expert_bytes;
+        let before = free_now(&self.dev);
         let slab = Arc::new(self.dev.alloc(len).map_err(dev_err("full-layer slab"))?);
+        self.alloc_steps.push(step(
+            "full-layer slab",
+            len as u64,
+            before,
+            free_now(&self.dev),
+        ));
         for l in 0..n {
             let mut reqs = Vec::with_capacity(3 * x);
             for e in 0..x {

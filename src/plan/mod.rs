@@ -15,10 +15,12 @@
 //! every line and derives the numbers in [`rules`].
 
 mod lines;
+pub mod probe;
 pub mod rules;
 #[cfg(test)]
 mod tests;
 
+pub use probe::{measure_headroom, HeadroomProbe};
 pub use rules::{parse_cache_flag, CacheRequest, ModelSizes};
 
 use crate::units::human_bytes;
