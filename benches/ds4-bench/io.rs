@@ -62,7 +62,9 @@ fn run_cat(
     plan: &Plan,
     dest: DestPtr<'_>,
 ) -> Result<super::threads::RunOut, BenchError> {
-    let engine = ds4_stream::cli::cat::open_engine(path)
+    // The shape `ds4 cat` would choose for these bytes now (after the run's cache preparation).
+    let shape = ds4_stream::cli::cat::shape_of(path, 0, plan.file_len);
+    let engine = ds4_stream::cli::cat::open_engine(path, shape)
         .map_err(|e| BenchError::Runtime(ds4_stream::cli::chain(&e)))?;
     let cpu0 = super::cache::cpu_seconds(false);
     let t0 = std::time::Instant::now();
@@ -72,16 +74,15 @@ fn run_cat(
                 dest,
                 pos: r.dest_off,
             };
-            ds4_stream::cli::cat::copy_range(&engine, r.file_off, r.len, &mut w).map_err(|e| {
-                match e {
+            ds4_stream::cli::cat::copy_range(&engine, shape.window, r.file_off, r.len, &mut w)
+                .map_err(|e| match e {
                     ds4_stream::cli::cat::CopyError::Read(e) => {
                         BenchError::Runtime(ds4_stream::cli::chain(&e))
                     }
                     ds4_stream::cli::cat::CopyError::Write(e) => {
                         BenchError::Runtime(format!("cat case: {e}"))
                     }
-                }
-            })?;
+                })?;
         }
     }
     let elapsed = t0.elapsed();
@@ -196,8 +197,14 @@ impl Case {
             } => (workers, chunk, direct),
             // cat always opens with direct on, but reads cached bytes from the page cache:
             // in hot runs nothing goes unbuffered (direct_fraction shows it).
+            // Its readers follow the bytes' residency (`cat::shape_for`): the shape it picks
+            // for a cold or a fully cached file here.
             Case::Cat => (
-                ds4_stream::cli::cat::CAT_WORKERS,
+                ds4_stream::cli::cat::shape_for(
+                    Some(if mode == Mode::Cold { 0.0 } else { 1.0 }),
+                    std::thread::available_parallelism().map_or(2, |n| n.get()),
+                )
+                .workers,
                 ds4_stream::cli::cat::CHUNK as u64,
                 mode == Mode::Cold,
             ),

@@ -217,6 +217,19 @@ impl Source for FileSource {
     }
 }
 
+/// Fraction of `[offset, offset + len)` of `file` that is in the page cache, where the OS can
+/// say cheaply (Linux 6.5+: one `cachestat` call, no mapping); `None` elsewhere or on error.
+/// For choices made before reading (`ds4 cat` sizes its reader pool by it).
+pub fn cached_fraction(file: &std::fs::File, offset: u64, len: u64) -> Option<f64> {
+    #[cfg(unix)]
+    return crate::sys::cached_fraction(file, offset, len);
+    #[cfg(not(unix))]
+    {
+        let _ = (file, offset, len);
+        None
+    }
+}
+
 /// Marks a file that is about to be written with holes as sparse, so that the ranges never
 /// written cost no disk. Unix filesystems leave holes without being asked (this does nothing
 /// there); NTFS keeps a file dense unless it is marked: extending it with `set_len`, or writing

@@ -27,6 +27,7 @@ mod sys;
 pub use align::AlignedBuf;
 pub use error::ReadError;
 pub use file::{
-    mark_sparse, DirectAlignment, FileSource, HandleStats, OpenConfig, ReadAt, ReadCounters, Source,
+    cached_fraction, mark_sparse, DirectAlignment, FileSource, HandleStats, OpenConfig, ReadAt,
+    ReadCounters, Source,
 };
 pub use pool::{Job, PoolConfig, ReaderPool, WorkerOpenError};

@@ -11,7 +11,7 @@
 #[cfg(unix)]
 mod unix;
 #[cfg(unix)]
-pub(crate) use unix::SharedFile;
+pub(crate) use unix::{cached_fraction, SharedFile};
 
 #[cfg(windows)]
 mod windows;

@@ -469,6 +469,22 @@ fn choose_probe(buffered: &File, stats: &mut HandleStats) -> Probe {
     }
 }
 
+/// Fraction of `[offset, offset + len)` of `f` in the page cache (Linux `cachestat`, 6.5+);
+/// `None` where the kernel cannot say.
+pub(crate) fn cached_fraction(f: &std::fs::File, offset: u64, len: u64) -> Option<f64> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::cachestat(f, offset, len)
+            .ok()
+            .map(|(cached, pages)| cached as f64 / pages.max(1) as f64)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (f, offset, len);
+        None
+    }
+}
+
 /// The Linux page-cache probes.
 #[cfg(target_os = "linux")]
 mod linux {
