@@ -25,6 +25,7 @@ pub mod buffer;
 mod completion;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod foreign;
 #[cfg(feature = "hip")]
 pub mod hip;
 pub mod host;
@@ -33,6 +34,7 @@ pub use buffer::{
     DeferredErrors, DeviceBuffer, DeviceMemory, Event, EventImpl, PinnedBuf, PinnedMemory,
     WriteLease,
 };
+pub use foreign::ForeignHostMemory;
 pub use host::{CopyGate, HostConfig, HostDevice};
 
 use std::fmt;

@@ -307,6 +307,9 @@ unsafe impl DeviceMemory for CudaMemory {
     fn host_ptr(&self) -> Option<NonNull<u8>> {
         self.host
     }
+    fn device_addr(&self) -> Option<u64> {
+        Some(self.dptr)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -94,6 +94,9 @@ unsafe impl DeviceMemory for HipMemory {
     fn host_ptr(&self) -> Option<NonNull<u8>> {
         self.host
     }
+    fn device_addr(&self) -> Option<u64> {
+        Some(self.dptr as usize as u64)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
