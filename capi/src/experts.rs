@@ -45,7 +45,10 @@ pub unsafe extern "C" fn ds4s_experts_acquire(
             (Some(a), _) => a as usize,
             (None, Some(p)) => p.as_ptr() as usize,
             (None, None) => {
-                return Err(Failure::new(DS4S_ERR_INTERNAL, "expert slab has no address"))
+                return Err(Failure::new(
+                    DS4S_ERR_INTERNAL,
+                    "expert slab has no address",
+                ))
             }
         };
         let limit = u64::try_from(timeout_ms).ok().map(Duration::from_millis);

@@ -40,7 +40,10 @@ impl Handle {
     pub fn open(&self) -> Result<RwLockReadGuard<'_, Option<Open>>, Failure> {
         let g = self.open.read().unwrap_or_else(PoisonError::into_inner);
         if g.is_none() {
-            return Err(Failure::new(DS4S_ERR_SHUTDOWN, "the handle is being closed"));
+            return Err(Failure::new(
+                DS4S_ERR_SHUTDOWN,
+                "the handle is being closed",
+            ));
         }
         Ok(g)
     }
@@ -61,7 +64,9 @@ pub(crate) fn with_handle(
             hd.set_error(m);
         }
     };
-    call(func, on_err, || body(handle.as_ref().map_err(Clone::clone)?))
+    call(func, on_err, || {
+        body(handle.as_ref().map_err(Clone::clone)?)
+    })
 }
 
 /// Runs `body` on `h`'s open state.
@@ -74,7 +79,10 @@ pub(crate) fn with_open(
         let g = hd.open()?;
         match g.as_ref() {
             Some(o) => body(hd, o),
-            None => Err(Failure::new(DS4S_ERR_SHUTDOWN, "the handle is being closed")),
+            None => Err(Failure::new(
+                DS4S_ERR_SHUTDOWN,
+                "the handle is being closed",
+            )),
         }
     })
 }
@@ -88,15 +96,19 @@ pub extern "C" fn ds4s_abi_version() -> u32 {
 /// `opts` is NULL or valid for a write of a `ds4s_options`.
 #[no_mangle]
 pub unsafe extern "C" fn ds4s_options_init(opts: *mut Ds4sOptions) {
-    let _ = call("ds4s_options_init", |_| {}, || {
-        let v = Ds4sOptions {
-            struct_size: std::mem::size_of::<Ds4sOptions>() as u32,
-            ..Ds4sOptions::default()
-        };
-        // SAFETY: the header's contract for `opts`.
-        unsafe { put(opts, v, "opts")? };
-        Ok(DS4S_OK)
-    });
+    let _ = call(
+        "ds4s_options_init",
+        |_| {},
+        || {
+            let v = Ds4sOptions {
+                struct_size: std::mem::size_of::<Ds4sOptions>() as u32,
+                ..Ds4sOptions::default()
+            };
+            // SAFETY: the header's contract for `opts`.
+            unsafe { put(opts, v, "opts")? };
+            Ok(DS4S_OK)
+        },
+    );
 }
 
 #[no_mangle]
@@ -135,29 +147,42 @@ pub extern "C" fn ds4s_last_error() -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn ds4s_error_message(h: u64, buf: *mut c_char, cap: usize) -> usize {
     let mut len = 0;
-    let _ = call("ds4s_error_message", |_| {}, || {
-        let Ok(hd) = HANDLES.get(h) else {
-            return Ok(DS4S_OK);
-        };
-        let msg = hd.error.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        len = msg.len();
-        if cap > 0 && !buf.is_null() {
-            let n = len.min(cap - 1);
-            // SAFETY: the caller promised `cap` writable bytes at `buf`; we write n + 1 <= cap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
-                *buf.add(n) = 0;
+    let _ = call(
+        "ds4s_error_message",
+        |_| {},
+        || {
+            let Ok(hd) = HANDLES.get(h) else {
+                return Ok(DS4S_OK);
+            };
+            let msg = hd
+                .error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            len = msg.len();
+            if cap > 0 && !buf.is_null() {
+                let n = len.min(cap - 1);
+                // SAFETY: the caller promised `cap` writable bytes at `buf`; we write n + 1 <= cap.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
+                    *buf.add(n) = 0;
+                }
             }
-        }
-        Ok(DS4S_OK)
-    });
+            Ok(DS4S_OK)
+        },
+    );
     len
 }
 
-fn engine_config(o: &Ds4sOptions) -> Result<(EngineConfig, BackendArg, OpenOptions, usize), Failure> {
+fn engine_config(
+    o: &Ds4sOptions,
+) -> Result<(EngineConfig, BackendArg, OpenOptions, usize), Failure> {
     let d = EngineConfig::default();
     if o.flags & !DS4S_OPEN_NO_DIRECT_IO != 0 {
-        return Err(Failure::invalid(format!("opts->flags {:#x} has unknown bits", o.flags)));
+        return Err(Failure::invalid(format!(
+            "opts->flags {:#x} has unknown bits",
+            o.flags
+        )));
     }
     if o.reserved != 0 {
         return Err(Failure::invalid("opts->reserved must be 0"));
@@ -178,10 +203,17 @@ fn engine_config(o: &Ds4sOptions) -> Result<(EngineConfig, BackendArg, OpenOptio
         DS4S_BACKEND_HOST => BackendArg::Kind(BackendKind::Host),
         DS4S_BACKEND_CUDA => BackendArg::Kind(BackendKind::Cuda),
         DS4S_BACKEND_HIP => BackendArg::Kind(BackendKind::Hip),
-        b => return Err(Failure::invalid(format!("opts->backend {b} is not a DS4S_BACKEND_*"))),
+        b => {
+            return Err(Failure::invalid(format!(
+                "opts->backend {b} is not a DS4S_BACKEND_*"
+            )))
+        }
     };
     let ordinal = usize::try_from(o.device_ordinal).map_err(|_| {
-        Failure::invalid(format!("opts->device_ordinal {} is negative", o.device_ordinal))
+        Failure::invalid(format!(
+            "opts->device_ordinal {} is negative",
+            o.device_ordinal
+        ))
     })?;
     let dev = OpenOptions {
         ordinal,
@@ -219,51 +251,69 @@ fn open(path: &str, o: &Ds4sOptions) -> Result<Open, Failure> {
 /// `path` is NULL or a NUL-terminated string; `opts` is NULL or a valid `ds4s_options`; `out` is
 /// NULL or valid for a write of a `ds4s_handle`.
 #[no_mangle]
-pub unsafe extern "C" fn ds4s_open(path: *const c_char, opts: *const Ds4sOptions, out: *mut u64) -> c_int {
-    call("ds4s_open", |_| {}, || {
-        if out.is_null() {
-            return Err(Failure::invalid("out is NULL"));
-        }
-        if path.is_null() {
-            return Err(Failure::invalid("path is NULL"));
-        }
-        // SAFETY: non-null, and the header asks for a NUL-terminated string.
-        let p = unsafe { CStr::from_ptr(path) };
-        let p = p.to_str().map_err(|_| Failure::invalid("path is not UTF-8"))?;
-        let o = if opts.is_null() {
-            Ds4sOptions::default()
-        } else {
-            // SAFETY: the header's contract for `opts`.
-            unsafe { read_in(opts, "opts")? }
-        };
-        let state = open(p, &o)?;
-        let h = Arc::new(Handle {
-            open: RwLock::new(Some(state)),
-            error: Mutex::new(String::new()),
-            completions: Registry::new(Kind::Completion),
-            leases: Registry::new(Kind::Lease),
-        });
-        let id = HANDLES.insert(h);
-        // SAFETY: checked non-null above; the caller promised room for a handle.
-        unsafe { put(out, id, "out")? };
-        Ok(DS4S_OK)
-    })
+pub unsafe extern "C" fn ds4s_open(
+    path: *const c_char,
+    opts: *const Ds4sOptions,
+    out: *mut u64,
+) -> c_int {
+    call(
+        "ds4s_open",
+        |_| {},
+        || {
+            if out.is_null() {
+                return Err(Failure::invalid("out is NULL"));
+            }
+            if path.is_null() {
+                return Err(Failure::invalid("path is NULL"));
+            }
+            // SAFETY: non-null, and the header asks for a NUL-terminated string.
+            let p = unsafe { CStr::from_ptr(path) };
+            let p = p
+                .to_str()
+                .map_err(|_| Failure::invalid("path is not UTF-8"))?;
+            let o = if opts.is_null() {
+                Ds4sOptions::default()
+            } else {
+                // SAFETY: the header's contract for `opts`.
+                unsafe { read_in(opts, "opts")? }
+            };
+            let state = open(p, &o)?;
+            let h = Arc::new(Handle {
+                open: RwLock::new(Some(state)),
+                error: Mutex::new(String::new()),
+                completions: Registry::new(Kind::Completion),
+                leases: Registry::new(Kind::Lease),
+            });
+            let id = HANDLES.insert(h);
+            // SAFETY: checked non-null above; the caller promised room for a handle.
+            unsafe { put(out, id, "out")? };
+            Ok(DS4S_OK)
+        },
+    )
 }
 
 #[no_mangle]
 pub extern "C" fn ds4s_close(h: u64) -> c_int {
-    call("ds4s_close", |_| {}, || {
-        let hd = HANDLES.remove(h)?;
-        // Waits for calls inside (they hold the read lock); later ones find the registry entry
-        // gone, or None here.
-        let open = hd.open.write().unwrap_or_else(PoisonError::into_inner).take();
-        drop(hd.leases.drain());
-        drop(open); // store, then engine: every read finished or failed with Shutdown
-        for c in hd.completions.drain() {
-            c.settle();
-        }
-        Ok(DS4S_OK)
-    })
+    call(
+        "ds4s_close",
+        |_| {},
+        || {
+            let hd = HANDLES.remove(h)?;
+            // Waits for calls inside (they hold the read lock); later ones find the registry entry
+            // gone, or None here.
+            let open = hd
+                .open
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            drop(hd.leases.drain());
+            drop(open); // store, then engine: every read finished or failed with Shutdown
+            for c in hd.completions.drain() {
+                c.settle();
+            }
+            Ok(DS4S_OK)
+        },
+    )
 }
 
 /// # Safety
@@ -272,12 +322,13 @@ pub extern "C" fn ds4s_close(h: u64) -> c_int {
 pub unsafe extern "C" fn ds4s_get_layout(h: u64, out: *mut Ds4sLayout) -> c_int {
     with_open("ds4s_get_layout", h, |_, o| {
         let m = &o.model;
-        let l0 = m
-            .layers
-            .first()
-            .ok_or_else(|| Failure::new(crate::error::DS4S_ERR_FORMAT, "the model has no layers"))?;
+        let l0 = m.layers.first().ok_or_else(|| {
+            Failure::new(crate::error::DS4S_ERR_FORMAT, "the model has no layers")
+        })?;
         let too_big = |what: &str, v: u64| {
-            u32::try_from(v).map_err(|_| Failure::new(DS4S_ERR_OUT_OF_RANGE, format!("{what} {v} exceeds 32 bits")))
+            u32::try_from(v).map_err(|_| {
+                Failure::new(DS4S_ERR_OUT_OF_RANGE, format!("{what} {v} exceeds 32 bits"))
+            })
         };
         let (mem, slots, slot_bytes) = match &o.store {
             Some(s) => {
@@ -334,7 +385,11 @@ pub unsafe extern "C" fn ds4s_expert_slice(
             DS4S_GATE => ExpertKind::Gate,
             DS4S_UP => ExpertKind::Up,
             DS4S_DOWN => ExpertKind::Down,
-            _ => return Err(Failure::invalid(format!("kind {kind} is not DS4S_GATE/UP/DOWN"))),
+            _ => {
+                return Err(Failure::invalid(format!(
+                    "kind {kind} is not DS4S_GATE/UP/DOWN"
+                )))
+            }
         };
         if offset.is_null() || len.is_null() {
             return Err(Failure::invalid("offset or len is NULL"));
@@ -355,21 +410,28 @@ pub unsafe extern "C" fn ds4s_expert_slice(
 /// # Safety
 /// `name` is NULL or NUL-terminated; `out` is NULL or valid for its `struct_size` bytes.
 #[no_mangle]
-pub unsafe extern "C" fn ds4s_tensor_info(h: u64, name: *const c_char, out: *mut Ds4sTensor) -> c_int {
+pub unsafe extern "C" fn ds4s_tensor_info(
+    h: u64,
+    name: *const c_char,
+    out: *mut Ds4sTensor,
+) -> c_int {
     with_open("ds4s_tensor_info", h, |_, o| {
         if name.is_null() {
             return Err(Failure::invalid("name is NULL"));
         }
         // SAFETY: non-null, NUL-terminated by the header's contract.
         let n = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let t = o
-            .gguf
-            .tensors
-            .iter()
-            .find(|t| t.name == n)
-            .ok_or_else(|| Failure::new(DS4S_ERR_NOT_FOUND, format!("no tensor named {n:?} in the file")))?;
+        let t = o.gguf.tensors.iter().find(|t| t.name == n).ok_or_else(|| {
+            Failure::new(
+                DS4S_ERR_NOT_FOUND,
+                format!("no tensor named {n:?} in the file"),
+            )
+        })?;
         if t.dims.len() > 4 {
-            return Err(Failure::new(DS4S_ERR_OUT_OF_RANGE, format!("tensor {n:?} has {} dims (at most 4 fit)", t.dims.len())));
+            return Err(Failure::new(
+                DS4S_ERR_OUT_OF_RANGE,
+                format!("tensor {n:?} has {} dims (at most 4 fit)", t.dims.len()),
+            ));
         }
         let mut dims = [1u64; 4];
         dims[..t.dims.len()].copy_from_slice(&t.dims);
@@ -415,4 +477,3 @@ pub unsafe extern "C" fn ds4s_get_stats(h: u64, out: *mut Ds4sStats) -> c_int {
         Ok(DS4S_OK)
     })
 }
-

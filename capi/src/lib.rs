@@ -191,7 +191,11 @@ pub(crate) unsafe fn read_in<T: Versioned>(p: *const T, what: &str) -> Result<T,
 ///
 /// # Safety
 /// `p` is NULL or valid for reads and writes of its `struct_size` bytes.
-pub(crate) unsafe fn write_out<T: Versioned>(p: *mut T, mut v: T, what: &str) -> Result<(), Failure> {
+pub(crate) unsafe fn write_out<T: Versioned>(
+    p: *mut T,
+    mut v: T,
+    what: &str,
+) -> Result<(), Failure> {
     // SAFETY: forwarded contract.
     unsafe { caller_size(p, what)? };
     v.set_size(std::mem::size_of::<T>() as u32);
@@ -217,12 +221,18 @@ pub(crate) unsafe fn put<T>(p: *mut T, v: T, what: &str) -> Result<(), Failure> 
 ///
 /// # Safety
 /// `p` is NULL or valid for reads of `n` `T`s, unchanged while the returned slice is used.
-pub(crate) unsafe fn slice_in<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T], Failure> {
+pub(crate) unsafe fn slice_in<'a, T>(
+    p: *const T,
+    n: usize,
+    what: &str,
+) -> Result<&'a [T], Failure> {
     if n == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
-        return Err(Failure::invalid(format!("{what} is NULL with a count of {n}")));
+        return Err(Failure::invalid(format!(
+            "{what} is NULL with a count of {n}"
+        )));
     }
     if n > isize::MAX as usize / std::mem::size_of::<T>().max(1) {
         return Err(Failure::invalid(format!("{what}: count {n} is too large")));

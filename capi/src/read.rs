@@ -6,9 +6,11 @@
 //! after the batch's ticket has completed, and the engine has released them by then, so the
 //! caller's memory is never touched after an outcome was reported, a free, or a close.
 
-use crate::error::{Failure, DS4S_ERR_BUSY, DS4S_ERR_UNSUPPORTED, DS4S_OK, DS4S_PENDING, DS4S_TIMEOUT};
+use crate::error::{
+    Failure, DS4S_ERR_BUSY, DS4S_ERR_UNSUPPORTED, DS4S_OK, DS4S_PENDING, DS4S_TIMEOUT,
+};
 use crate::handle::{with_handle, with_open};
-use crate::{slice_in, put, Ds4sRange, DS4S_MEM_DEVICE, DS4S_MEM_HOST};
+use crate::{put, slice_in, Ds4sRange, DS4S_MEM_DEVICE, DS4S_MEM_HOST};
 use ds4_stream::device::{DeviceBuffer, ForeignHostMemory};
 use ds4_stream::engine::{ReadRequest, Ticket};
 use std::ffi::c_int;
