@@ -8,10 +8,11 @@ use ds4_stream::generate::{write_file, Options, Quant, Scale};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// target/<profile>/, where cargo puts libds4stream.so next to the test's deps/ directory.
+/// target/<profile>/deps/: where `cargo test` rebuilds libds4stream.so beside this test (it
+/// does not copy it up to target/<profile>/, so a copy there may be stale).
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    exe.parent().unwrap().to_path_buf()
 }
 
 fn tiny(dir: &Path) -> PathBuf {
