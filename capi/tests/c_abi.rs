@@ -3,6 +3,8 @@
 //! what it checks). On Linux the C side is built with AddressSanitizer (`-fsanitize=address`):
 //! a read that wrote caller memory after close, or a bad pointer we handed out, fails the run.
 //! `CC` picks the compiler (default `cc`); `DS4S_C_TEST_NO_ASAN=1` builds without ASan.
+//! Windows: .ci/wine-tests.sh builds the same program with mingw-w64 and runs it under Wine.
+#![cfg(unix)]
 
 use ds4_stream::generate::{write_file, Options, Quant, Scale};
 use std::path::{Path, PathBuf};
@@ -30,7 +32,6 @@ fn tiny(dir: &Path) -> PathBuf {
 }
 
 #[test]
-#[cfg(unix)]
 fn c_program_passes_against_the_shared_library() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = lib_dir();

@@ -9,6 +9,8 @@
  * after close) expecting codes and messages. Exit 0 when everything held; prints what failed.
  * Driven by capi/tests/c_abi.rs (Linux, under ASan) and .ci/wine-tests.sh (mingw-w64 + Wine).
  */
+/* mingw-w64: C99 printf formats (%zu, %llu) instead of msvcrt's. */
+#define __USE_MINGW_ANSI_STDIO 1
 #include "ds4stream.h"
 
 #include <stdio.h>
