@@ -34,9 +34,11 @@ fn cfg() -> EngineConfig {
     }
 }
 
-/// Host devices: reading straight into the slab, and staged (an emulated discrete GPU).
+/// Host devices (reading straight into the slab, and staged: an emulated discrete GPU), then
+/// every GPU backend compiled in whose device is present. `DS4_GPU_TESTS=cuda` (or `hip`) turns
+/// a missing GPU into a failure (the GPU machine's run).
 fn devices() -> Vec<Arc<dyn Device>> {
-    [Some(true), Some(false)]
+    let mut v: Vec<Arc<dyn Device>> = [Some(true), Some(false)]
         .into_iter()
         .map(|unified| {
             BackendKind::Host
@@ -46,7 +48,16 @@ fn devices() -> Vec<Arc<dyn Device>> {
                 })
                 .unwrap()
         })
-        .collect()
+        .collect();
+    let want = std::env::var("DS4_GPU_TESTS").unwrap_or_default();
+    for kind in [BackendKind::Cuda, BackendKind::Hip] {
+        match kind.open(OpenOptions::default()) {
+            Ok(d) => v.push(d),
+            Err(e) if want == kind.as_str() => panic!("DS4_GPU_TESTS={want}: {e}"),
+            Err(_) => {}
+        }
+    }
+    v
 }
 
 fn store(path: &Path, model: &Arc<Ds4Model>, dev: Arc<dyn Device>, slots: usize) -> ExpertStore {
@@ -81,7 +92,10 @@ fn acquired_experts_hold_the_files_bytes_and_hit_the_second_time() {
     let (_d, path, model) = tiny();
     let file = std::fs::read(&path).unwrap();
     for dev in devices() {
+        let gpu = dev.kind() != BackendKind::Host;
         let s = store(&path, &model, dev, 12);
+        // GPU slabs give kernels a device address (what the C ABI hands out).
+        assert_eq!(s.slab().memory().device_addr().is_some(), gpu);
         let p = s.acquire(3, &[0, 5, 9, 15, 2, 7], None).unwrap();
         assert_eq!(p.locations().len(), 6);
         verify(&s, &model, &file, &p);
@@ -107,20 +121,22 @@ fn acquired_experts_hold_the_files_bytes_and_hit_the_second_time() {
 fn pinned_experts_are_never_evicted_and_a_full_cache_pins_nothing() {
     let (_d, path, model) = tiny();
     let file = std::fs::read(&path).unwrap();
-    let s = store(&path, &model, devices().remove(1), 6);
-    let p = s.acquire(1, &[0, 1, 2, 3, 4, 5], None).unwrap();
-    // Every slot is pinned: another expert cannot come in, and the failed call leaves no pin.
-    let e = s.acquire(1, &[0, 6], None).unwrap_err();
-    assert!(
-        matches!(e, StoreError::Cache(CacheError::Full { .. })),
-        "{e}"
-    );
-    assert_eq!(s.stats().pinned_slots, 6);
-    verify(&s, &model, &file, &p);
-    drop(p);
-    let q = s.acquire(2, &[6, 7, 8, 9, 10, 11], None).unwrap();
-    verify(&s, &model, &file, &q);
-    assert_eq!(s.stats().cache.evictions, 6);
+    for dev in devices().into_iter().skip(1) {
+        let s = store(&path, &model, dev, 6);
+        let p = s.acquire(1, &[0, 1, 2, 3, 4, 5], None).unwrap();
+        // Every slot is pinned: another expert cannot come in, and the failed call leaves no pin.
+        let e = s.acquire(1, &[0, 6], None).unwrap_err();
+        assert!(
+            matches!(e, StoreError::Cache(CacheError::Full { .. })),
+            "{e}"
+        );
+        assert_eq!(s.stats().pinned_slots, 6);
+        verify(&s, &model, &file, &p);
+        drop(p);
+        let q = s.acquire(2, &[6, 7, 8, 9, 10, 11], None).unwrap();
+        verify(&s, &model, &file, &q);
+        assert_eq!(s.stats().cache.evictions, 6);
+    }
 }
 
 #[test]
@@ -202,26 +218,27 @@ fn bad_layers_and_experts_are_named() {
 fn concurrent_holders_share_slots_and_release_independently() {
     let (_d, path, model) = tiny();
     let file = std::fs::read(&path).unwrap();
-    let s = store(&path, &model, devices().remove(1), 16);
-    std::thread::scope(|sc| {
-        for t in 0..4u32 {
-            let (s, model, file) = (&s, &model, &file);
-            sc.spawn(move || {
-                for i in 0..20u32 {
-                    let layer = (i + t) % 4;
-                    let ids: Vec<u32> = (0..6).map(|k| (i * 3 + k * 5 + t) % 16).collect();
-                    let p = s.acquire(layer, &ids, Some(Duration::from_secs(30)));
-                    match p {
-                        Ok(p) => verify(s, model, file, &p),
-                        // 4 threads × 6 pins can exceed 16 slots: a clean refusal is fine.
-                        Err(StoreError::Cache(CacheError::Full { .. })) => {}
-                        Err(e) => panic!("{e}"),
+    for dev in devices().into_iter().skip(1) {
+        let s = store(&path, &model, dev, 16);
+        std::thread::scope(|sc| {
+            for t in 0..4u32 {
+                let (s, model, file) = (&s, &model, &file);
+                sc.spawn(move || {
+                    for i in 0..20u32 {
+                        let layer = (i + t) % 4;
+                        let ids: Vec<u32> = (0..6).map(|k| (i * 3 + k * 5 + t) % 16).collect();
+                        match s.acquire(layer, &ids, Some(Duration::from_secs(30))) {
+                            Ok(p) => verify(s, model, file, &p),
+                            // 4 threads x 6 pins can exceed 16 slots: a clean refusal is fine.
+                            Err(StoreError::Cache(CacheError::Full { .. })) => {}
+                            Err(e) => panic!("{e}"),
+                        }
                     }
-                }
-            });
-        }
-    });
-    let st = s.stats();
-    assert_eq!((st.pinned_slots, st.loads_in_flight), (0, 0));
-    assert!(st.cache.hits + st.cache.dedup_hits > 0);
+                });
+            }
+        });
+        let st = s.stats();
+        assert_eq!((st.pinned_slots, st.loads_in_flight), (0, 0));
+        assert!(st.cache.hits + st.cache.dedup_hits > 0);
+    }
 }
