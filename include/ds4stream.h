@@ -97,6 +97,8 @@ enum { DS4S_GATE = 0, DS4S_UP = 1, DS4S_DOWN = 2 };
 
 /* ds4s_options.flags */
 #define DS4S_OPEN_NO_DIRECT_IO 0x1u /* buffered reads only (default: O_DIRECT / NO_BUFFERING where aligned) */
+#define DS4S_OPEN_COLD 0x2u         /* always read from the disk: no page-cache probe, chunks dropped
+                                       from the page cache after reading (cold benchmarks) */
 
 /* How to open a file. Zero means "default" in every field but struct_size. */
 typedef struct ds4s_options {

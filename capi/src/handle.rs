@@ -178,7 +178,7 @@ fn engine_config(
     o: &Ds4sOptions,
 ) -> Result<(EngineConfig, BackendArg, OpenOptions, usize), Failure> {
     let d = EngineConfig::default();
-    if o.flags & !DS4S_OPEN_NO_DIRECT_IO != 0 {
+    if o.flags & !(DS4S_OPEN_NO_DIRECT_IO | DS4S_OPEN_COLD) != 0 {
         return Err(Failure::invalid(format!(
             "opts->flags {:#x} has unknown bits",
             o.flags
@@ -196,6 +196,7 @@ fn engine_config(
         slot_bytes: or(o.staging_slot_bytes, d.slot_bytes)
             .map_err(|_| bad("staging_slot_bytes", o.staging_slot_bytes))?,
         direct: o.flags & DS4S_OPEN_NO_DIRECT_IO == 0,
+        cold: o.flags & DS4S_OPEN_COLD != 0,
         ..d
     };
     let backend = match o.backend {

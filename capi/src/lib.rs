@@ -43,6 +43,7 @@ pub const DS4S_GATE: i32 = 0;
 pub const DS4S_UP: i32 = 1;
 pub const DS4S_DOWN: i32 = 2;
 pub const DS4S_OPEN_NO_DIRECT_IO: u32 = 1;
+pub const DS4S_OPEN_COLD: u32 = 2;
 
 /// `ds4s_options`.
 #[repr(C)]

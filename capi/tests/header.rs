@@ -77,5 +77,11 @@ fn struct_sizes_match_the_headers_field_lists() {
         3 * std::mem::size_of::<usize>() + 3 * 8 + 2 * 4
     );
     assert_eq!(ABI_VERSION, 1);
+    for (name, v) in [
+        ("DS4S_OPEN_NO_DIRECT_IO", DS4S_OPEN_NO_DIRECT_IO),
+        ("DS4S_OPEN_COLD", DS4S_OPEN_COLD),
+    ] {
+        assert!(HEADER.contains(&format!("#define {name} {v:#x}u")), "{name}");
+    }
     assert!(HEADER.contains("#define DS4S_ABI_VERSION 1u"));
 }

@@ -112,7 +112,7 @@ static void open_errors(const char *malformed, const char *missing) {
     EXPECT(ds4s_close(42), DS4S_ERR_BAD_HANDLE, "never issued");
 }
 
-static ds4s_handle open_model(const char *path, uint32_t cache_slots) {
+static ds4s_handle open_model(const char *path, uint32_t cache_slots, uint32_t flags) {
     ds4s_options o;
     ds4s_options_init(&o);
     o.workers = 4;
@@ -120,6 +120,7 @@ static ds4s_handle open_model(const char *path, uint32_t cache_slots) {
     o.staging_slot_bytes = 64 << 10;
     o.backend = backend;
     o.expert_cache_slots = cache_slots;
+    o.flags = flags;
     ds4s_handle h = 0;
     OK(ds4s_open(path, &o, &h));
     CHECK(h != 0, "handle 0");
@@ -326,13 +327,25 @@ int main(int argc, char **argv) {
     library_calls();
     open_errors(argv[2], argv[3]);
 
-    ds4s_handle h = open_model(argv[1], 12);
-    ds4s_handle plain = open_model(argv[1], 0);
+    ds4s_handle h = open_model(argv[1], 12, 0);
+    ds4s_handle plain = open_model(argv[1], 0, DS4S_OPEN_COLD | DS4S_OPEN_NO_DIRECT_IO);
     ds4s_layout l;
     layout(h, &l);
     reads(h);
     decode_pattern(h, &l);
     expert_errors(h, plain);
+    {
+        /* The cold, buffered handle reads the same bytes. */
+        unsigned char *x = malloc(100000);
+        ds4s_range one = {4097, 100000, x};
+        ds4s_completion c = 0;
+        OK(ds4s_read(plain, &one, 1, DS4S_MEM_HOST, &c));
+        OK(ds4s_wait(plain, c, -1));
+        same_as_file(x, 4097, 100000, "cold read");
+        EXPECT(ds4s_wait(h, c, -1), DS4S_ERR_BAD_HANDLE, "not open"); /* another handle's */
+        OK(ds4s_completion_free(plain, c));
+        free(x);
+    }
 
     /* Close with reads in flight and a lease held: everything completes, nothing leaks. */
     unsigned char *late = malloc(file_len);
