@@ -79,6 +79,9 @@ fn c_program_passes_against_the_shared_library() {
         .arg(&missing)
         // Leak checking on: everything a closed handle owned must be freed.
         .env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+        // cargo's LD_LIBRARY_PATH (which beats the RUNPATH) also lists target/<profile>/, where
+        // an older uplifted libds4stream.so may lie: only the one cargo just built.
+        .env("LD_LIBRARY_PATH", &lib)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

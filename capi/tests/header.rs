@@ -81,7 +81,10 @@ fn struct_sizes_match_the_headers_field_lists() {
         ("DS4S_OPEN_NO_DIRECT_IO", DS4S_OPEN_NO_DIRECT_IO),
         ("DS4S_OPEN_COLD", DS4S_OPEN_COLD),
     ] {
-        assert!(HEADER.contains(&format!("#define {name} {v:#x}u")), "{name}");
+        assert!(
+            HEADER.contains(&format!("#define {name} {v:#x}u")),
+            "{name}"
+        );
     }
     assert!(HEADER.contains("#define DS4S_ABI_VERSION 1u"));
 }
