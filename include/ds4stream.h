@@ -234,11 +234,13 @@ DS4S_API int ds4s_tensor_info(ds4s_handle h, const char *name, ds4s_tensor *out)
 /* ---- Reads into caller memory ----------------------------------------------------------- */
 
 /* Starts reading n ranges (one batch, n >= 1) into caller memory and returns at once with
- * *out, a completion to wait on or poll. memory is DS4S_MEM_HOST (DS4S_MEM_DEVICE:
- * DS4S_ERR_UNSUPPORTED in this version). Ranges are checked first (past the file:
- * DS4S_ERR_OUT_OF_RANGE; overlapping destinations: DS4S_ERR_BUSY), and then nothing is read.
- * The destinations must stay valid and untouched until the completion reports an outcome, is
- * freed, or h is closed. Thread-safe. */
+ * *out, a completion to wait on or poll. memory says what every dst of the batch is:
+ * DS4S_MEM_HOST (any backend; read straight into it), or DS4S_MEM_DEVICE, a device address of
+ * this handle's GPU in its primary context (cuMemAlloc / hipMalloc memory; filled through our
+ * pinned staging ring and copy stream; the host backend answers DS4S_ERR_UNSUPPORTED). Ranges
+ * are checked first (past the file: DS4S_ERR_OUT_OF_RANGE; overlapping destinations:
+ * DS4S_ERR_BUSY), and then nothing is read. The destinations must stay allocated and untouched
+ * until the completion reports an outcome, is freed, or h is closed. Thread-safe. */
 DS4S_API int ds4s_read(ds4s_handle h, const ds4s_range *ranges, size_t n, int memory,
                        ds4s_completion *out);
 

@@ -81,7 +81,7 @@ pub fn chain(err: &dyn std::error::Error) -> String {
 
 pub fn device_status(e: &DeviceError) -> c_int {
     match e {
-        DeviceError::NotCompiled(_) => DS4S_ERR_UNSUPPORTED,
+        DeviceError::NotCompiled(_) | DeviceError::Unsupported { .. } => DS4S_ERR_UNSUPPORTED,
         DeviceError::OutOfMemory { .. } => DS4S_ERR_NO_MEMORY,
         DeviceError::Busy { .. } => DS4S_ERR_BUSY,
         DeviceError::OutOfRange { .. } => DS4S_ERR_OUT_OF_RANGE,

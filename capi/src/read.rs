@@ -2,13 +2,13 @@
 //! it returns (`ds4s_poll`, `ds4s_wait`, `ds4s_completion_free`).
 //!
 //! Caller memory becomes a [`ForeignHostMemory`] buffer per range; the engine reads straight
-//! into it (host-visible: no staging, no copy, on any backend). Those buffers are dropped only
+//! into it (host-visible: no staging, no copy, on any backend). Caller device memory
+//! (`DS4S_MEM_DEVICE`, GPU backends) is wrapped with `Device::wrap_device_memory` and filled
+//! through the staging ring and the device's copy stream. Those buffers are dropped only
 //! after the batch's ticket has completed, and the engine has released them by then, so the
 //! caller's memory is never touched after an outcome was reported, a free, or a close.
 
-use crate::error::{
-    Failure, DS4S_ERR_BUSY, DS4S_ERR_UNSUPPORTED, DS4S_OK, DS4S_PENDING, DS4S_TIMEOUT,
-};
+use crate::error::{Failure, DS4S_ERR_BUSY, DS4S_OK, DS4S_PENDING, DS4S_TIMEOUT};
 use crate::handle::{with_handle, with_open};
 use crate::{put, slice_in, Ds4sRange, DS4S_MEM_DEVICE, DS4S_MEM_HOST};
 use ds4_stream::device::{DeviceBuffer, ForeignHostMemory};
@@ -107,17 +107,11 @@ pub unsafe extern "C" fn ds4s_read(
         if out.is_null() {
             return Err(Failure::invalid("out is NULL"));
         }
-        match memory {
-            DS4S_MEM_HOST => {}
-            DS4S_MEM_DEVICE => {
-                return Err(Failure::new(
-                    DS4S_ERR_UNSUPPORTED,
-                    "destinations in device memory are not supported in this version: read \
-                     into host memory, or use ds4s_experts_acquire for device-resident experts",
-                ))
-            }
+        let device = match memory {
+            DS4S_MEM_HOST => false,
+            DS4S_MEM_DEVICE => true,
             m => return Err(Failure::invalid(format!("memory {m} is not DS4S_MEM_*"))),
-        }
+        };
         if n == 0 {
             return Err(Failure::invalid("n is 0: a batch needs at least one range"));
         }
@@ -156,12 +150,28 @@ pub unsafe extern "C" fn ds4s_read(
         let mut reqs = Vec::with_capacity(n);
         let mut bufs = Vec::with_capacity(n);
         for r in rs {
-            let ptr = NonNull::new(r.dst.cast::<u8>()).unwrap_or(NonNull::dangling());
-            // SAFETY: the header's contract: `dst` is valid for `len` bytes and untouched by
-            // the caller until an outcome, a free or a close; each of those waits for the batch
-            // before this buffer is dropped (Pending::wait / settle), and the engine releases
-            // the buffer before the ticket completes. Destinations do not overlap (checked).
-            let b = Arc::new(unsafe { ForeignHostMemory::buffer(ptr, r.len as usize) });
+            let b = if device {
+                if r.len == 0 {
+                    continue;
+                }
+                // SAFETY: the header's contract for DS4S_MEM_DEVICE: `dst` is device memory of
+                // this handle's device and context, valid for `len` bytes and untouched until
+                // an outcome, a free or a close, each of which waits for the batch before this
+                // buffer is dropped; destinations do not overlap (checked above).
+                Arc::new(unsafe {
+                    o.engine
+                        .device()
+                        .wrap_device_memory(r.dst as usize as u64, r.len as usize)?
+                })
+            } else {
+                let ptr = NonNull::new(r.dst.cast::<u8>()).unwrap_or(NonNull::dangling());
+                // SAFETY: the header's contract: `dst` is valid for `len` bytes and untouched
+                // by the caller until an outcome, a free or a close; each of those waits for
+                // the batch before this buffer is dropped (Pending::wait / settle), and the
+                // engine releases the buffer before the ticket completes. Destinations do not
+                // overlap (checked above).
+                Arc::new(unsafe { ForeignHostMemory::buffer(ptr, r.len as usize) })
+            };
             reqs.push(
                 ReadRequest::new(r.file_offset, r.len as usize, Arc::clone(&b), 0)
                     .with_label(format!("ds4s_read range at file offset {}", r.file_offset)),
