@@ -68,7 +68,7 @@ enum {
     DS4S_ERR_IO = -3,                /* the file could not be opened or read */
     DS4S_ERR_FORMAT = -4,            /* not a GGUF file, malformed, or not a DS4 layout */
     DS4S_ERR_OUT_OF_RANGE = -5,      /* byte range past the file, layer or expert too large */
-    DS4S_ERR_UNSUPPORTED = -6,       /* backend not compiled in, device memory destinations */
+    DS4S_ERR_UNSUPPORTED = -6,       /* backend not compiled in; device memory on the host backend */
     DS4S_ERR_DEVICE = -7,            /* GPU backend error, no such device */
     DS4S_ERR_CACHE_FULL = -8,        /* every expert slot is held by leases: release some */
     DS4S_ERR_BUSY = -9,              /* destination ranges of one batch overlap */

@@ -13,8 +13,8 @@
 //! for this thread and for the handle. Structs begin with `struct_size` and are copied with
 //! `read_unaligned` / `write_unaligned`, only as many bytes as both sides know.
 //!
-//! Limits: destinations in caller *device* memory are `DS4S_ERR_UNSUPPORTED` (host memory
-//! works on every backend; expert slots are device memory on GPU backends).
+//! Limits: caller device memory must belong to the handle's GPU and context (the primary
+//! context); completion is host-side (no event handle).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;

@@ -6,9 +6,9 @@
 //! This one frees nothing; dropping it only ends our use of the caller's memory. The engine reads
 //! straight into it (it is host-visible: no staging, no copy), under the usual write leases.
 //!
-//! Limits: host memory only. Caller *device* memory (a `CUdeviceptr` from `cuMemAlloc`) would need
-//! the CUDA / HIP backends to accept a device address they did not allocate as a copy target;
-//! they downcast to their own allocation types today, so that is not supported yet.
+//! Caller *device* memory (a `CUdeviceptr` from `cuMemAlloc`) is the backends' business, since
+//! they copy only into their own allocation types: [`super::Device::wrap_device_memory`] makes
+//! one that frees nothing.
 
 use super::buffer::{DeviceBuffer, DeviceMemory};
 use super::BackendKind;
