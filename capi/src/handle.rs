@@ -1,7 +1,6 @@
-//! Open, close, the layout queries and the library-level calls (version, status names, messages).
+//! Open and close, the handle registry, and the wrappers every call on a handle runs in.
 
-use crate::error::{call, chain, Failure, DS4S_ERR_NOT_FOUND, DS4S_ERR_OUT_OF_RANGE};
-use crate::error::{DS4S_ERR_SHUTDOWN, DS4S_OK, STATUS_NAMES};
+use crate::error::{call, Failure, DS4S_ERR_SHUTDOWN, DS4S_OK};
 use crate::read::Pending;
 use crate::registry::{Kind, Registry};
 use crate::*;
@@ -10,7 +9,7 @@ use ds4_stream::engine::{Engine, EngineConfig};
 use ds4_stream::expert_cache::PolicyKind;
 use ds4_stream::expert_store::{ExpertPins, ExpertStore};
 use ds4_stream::gguf::GgufFile;
-use ds4_stream::model::{Ds4Model, ExpertKind};
+use ds4_stream::model::Ds4Model;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, RwLock, RwLockReadGuard};
 
@@ -26,7 +25,7 @@ pub(crate) struct Open {
 
 pub(crate) struct Handle {
     pub open: RwLock<Option<Open>>,
-    error: Mutex<String>,
+    pub error: Mutex<String>,
     pub completions: Registry<Arc<Pending>>,
     pub leases: Registry<ExpertPins>,
 }
@@ -85,93 +84,6 @@ pub(crate) fn with_open(
             )),
         }
     })
-}
-
-#[no_mangle]
-pub extern "C" fn ds4s_abi_version() -> u32 {
-    ABI_VERSION
-}
-
-/// # Safety
-/// `opts` is NULL or valid for a write of a `ds4s_options`.
-#[no_mangle]
-pub unsafe extern "C" fn ds4s_options_init(opts: *mut Ds4sOptions) {
-    let _ = call(
-        "ds4s_options_init",
-        |_| {},
-        || {
-            let v = Ds4sOptions {
-                struct_size: std::mem::size_of::<Ds4sOptions>() as u32,
-                ..Ds4sOptions::default()
-            };
-            // SAFETY: the header's contract for `opts`.
-            unsafe { put(opts, v, "opts")? };
-            Ok(DS4S_OK)
-        },
-    );
-}
-
-#[no_mangle]
-pub extern "C" fn ds4s_status_name(status: c_int) -> *const c_char {
-    const NAMES: [&CStr; 16] = [
-        c"DS4S_OK",
-        c"DS4S_PENDING",
-        c"DS4S_TIMEOUT",
-        c"DS4S_ERR_INVALID_ARGUMENT",
-        c"DS4S_ERR_BAD_HANDLE",
-        c"DS4S_ERR_IO",
-        c"DS4S_ERR_FORMAT",
-        c"DS4S_ERR_OUT_OF_RANGE",
-        c"DS4S_ERR_UNSUPPORTED",
-        c"DS4S_ERR_DEVICE",
-        c"DS4S_ERR_CACHE_FULL",
-        c"DS4S_ERR_BUSY",
-        c"DS4S_ERR_NO_MEMORY",
-        c"DS4S_ERR_SHUTDOWN",
-        c"DS4S_ERR_NOT_FOUND",
-        c"DS4S_ERR_INTERNAL",
-    ];
-    match STATUS_NAMES.iter().position(|&(s, _)| s == status) {
-        Some(i) => NAMES[i].as_ptr(),
-        None => c"unknown status".as_ptr(),
-    }
-}
-
-#[no_mangle]
-pub extern "C" fn ds4s_last_error() -> *const c_char {
-    crate::error::last_ptr()
-}
-
-/// # Safety
-/// `buf` is NULL with `cap == 0`, or valid for writes of `cap` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn ds4s_error_message(h: u64, buf: *mut c_char, cap: usize) -> usize {
-    let mut len = 0;
-    let _ = call(
-        "ds4s_error_message",
-        |_| {},
-        || {
-            let Ok(hd) = HANDLES.get(h) else {
-                return Ok(DS4S_OK);
-            };
-            let msg = hd
-                .error
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            len = msg.len();
-            if cap > 0 && !buf.is_null() {
-                let n = len.min(cap - 1);
-                // SAFETY: the caller promised `cap` writable bytes at `buf`; we write n + 1 <= cap.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
-                    *buf.add(n) = 0;
-                }
-            }
-            Ok(DS4S_OK)
-        },
-    );
-    len
 }
 
 fn engine_config(
@@ -315,166 +227,4 @@ pub extern "C" fn ds4s_close(h: u64) -> c_int {
             Ok(DS4S_OK)
         },
     )
-}
-
-/// # Safety
-/// `out` is NULL or valid for reads and writes of its `struct_size` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn ds4s_get_layout(h: u64, out: *mut Ds4sLayout) -> c_int {
-    with_open("ds4s_get_layout", h, |_, o| {
-        let m = &o.model;
-        let l0 = m.layers.first().ok_or_else(|| {
-            Failure::new(crate::error::DS4S_ERR_FORMAT, "the model has no layers")
-        })?;
-        let too_big = |what: &str, v: u64| {
-            u32::try_from(v).map_err(|_| {
-                Failure::new(DS4S_ERR_OUT_OF_RANGE, format!("{what} {v} exceeds 32 bits"))
-            })
-        };
-        let (mem, slots, slot_bytes) = match &o.store {
-            Some(s) => {
-                let dev = s.slab().memory().device_addr().is_some();
-                (i32::from(dev), s.capacity() as u32, s.slot_bytes())
-            }
-            None => (DS4S_MEM_HOST, 0, 0),
-        };
-        let v = Ds4sLayout {
-            n_layer: m.shape.n_layer,
-            n_expert: too_big("n_expert", m.shape.n_expert)?,
-            n_expert_used: too_big("n_expert_used", m.shape.n_expert_used)?,
-            n_hash_layer: m.shape.n_hash_layer,
-            gate_type: l0.gate.tensor.ggml_type.id(),
-            up_type: l0.up.tensor.ggml_type.id(),
-            down_type: l0.down.tensor.ggml_type.id(),
-            backend: match o.backend {
-                BackendKind::Host => DS4S_BACKEND_HOST,
-                BackendKind::Cuda => DS4S_BACKEND_CUDA,
-                BackendKind::Hip => DS4S_BACKEND_HIP,
-            },
-            expert_memory: mem,
-            expert_cache_slots: slots,
-            n_embd: m.shape.n_embd,
-            expert_ff: m.shape.expert_ff,
-            vocab: m.shape.vocab,
-            file_size: o.engine.file_len(),
-            gate_bytes: l0.gate.expert_bytes,
-            up_bytes: l0.up.expert_bytes,
-            down_bytes: l0.down.expert_bytes,
-            expert_bytes: l0.expert_bytes(),
-            expert_slot_bytes: slot_bytes,
-            ..Ds4sLayout::default()
-        };
-        // SAFETY: the header's contract for `out`.
-        unsafe { write_out(out, v, "out")? };
-        Ok(DS4S_OK)
-    })
-}
-
-/// # Safety
-/// `offset` and `len` are NULL or valid for a write of a `uint64_t` each.
-#[no_mangle]
-pub unsafe extern "C" fn ds4s_expert_slice(
-    h: u64,
-    layer: u32,
-    expert: u32,
-    kind: c_int,
-    offset: *mut u64,
-    len: *mut u64,
-) -> c_int {
-    with_open("ds4s_expert_slice", h, |_, o| {
-        let k = match kind {
-            DS4S_GATE => ExpertKind::Gate,
-            DS4S_UP => ExpertKind::Up,
-            DS4S_DOWN => ExpertKind::Down,
-            _ => {
-                return Err(Failure::invalid(format!(
-                    "kind {kind} is not DS4S_GATE/UP/DOWN"
-                )))
-            }
-        };
-        if offset.is_null() || len.is_null() {
-            return Err(Failure::invalid("offset or len is NULL"));
-        }
-        let s = o
-            .model
-            .expert_slice(layer.into(), k, expert.into())
-            .map_err(|e| Failure::new(DS4S_ERR_OUT_OF_RANGE, chain(&e)))?;
-        // SAFETY: checked non-null; the caller promised room for a uint64_t each.
-        unsafe {
-            put(offset, s.offset, "offset")?;
-            put(len, s.len, "len")?;
-        }
-        Ok(DS4S_OK)
-    })
-}
-
-/// # Safety
-/// `name` is NULL or NUL-terminated; `out` is NULL or valid for its `struct_size` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn ds4s_tensor_info(
-    h: u64,
-    name: *const c_char,
-    out: *mut Ds4sTensor,
-) -> c_int {
-    with_open("ds4s_tensor_info", h, |_, o| {
-        if name.is_null() {
-            return Err(Failure::invalid("name is NULL"));
-        }
-        // SAFETY: non-null, NUL-terminated by the header's contract.
-        let n = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let t = o.gguf.tensors.iter().find(|t| t.name == n).ok_or_else(|| {
-            Failure::new(
-                DS4S_ERR_NOT_FOUND,
-                format!("no tensor named {n:?} in the file"),
-            )
-        })?;
-        if t.dims.len() > 4 {
-            return Err(Failure::new(
-                DS4S_ERR_OUT_OF_RANGE,
-                format!("tensor {n:?} has {} dims (at most 4 fit)", t.dims.len()),
-            ));
-        }
-        let mut dims = [1u64; 4];
-        dims[..t.dims.len()].copy_from_slice(&t.dims);
-        let v = Ds4sTensor {
-            ggml_type: t.ggml_type.id(),
-            n_dims: t.dims.len() as u32,
-            dims,
-            offset: t.offset,
-            nbytes: t.nbytes,
-            ..Ds4sTensor::default()
-        };
-        // SAFETY: the header's contract for `out`.
-        unsafe { write_out(out, v, "out")? };
-        Ok(DS4S_OK)
-    })
-}
-
-/// # Safety
-/// `out` is NULL or valid for reads and writes of its `struct_size` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn ds4s_get_stats(h: u64, out: *mut Ds4sStats) -> c_int {
-    with_open("ds4s_get_stats", h, |_, o| {
-        let e = o.engine.stats();
-        let mut v = Ds4sStats {
-            bytes_read: e.bytes,
-            requests: e.requests,
-            failed_requests: e.failed_requests,
-            ..Ds4sStats::default()
-        };
-        if let Some(s) = &o.store {
-            let st = s.stats();
-            v.expert_hits = st.cache.hits;
-            v.expert_dedup_hits = st.cache.dedup_hits;
-            v.expert_misses = st.cache.misses;
-            v.expert_evictions = st.cache.evictions;
-            v.expert_fills_failed = st.cache.fills_failed;
-            v.expert_bytes_streamed = st.bytes_streamed;
-            v.expert_loads_in_flight = st.loads_in_flight;
-            v.expert_pinned_slots = st.pinned_slots;
-        }
-        // SAFETY: the header's contract for `out`.
-        unsafe { write_out(out, v, "out")? };
-        Ok(DS4S_OK)
-    })
 }

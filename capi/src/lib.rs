@@ -20,11 +20,15 @@
 pub mod error;
 mod experts;
 mod handle;
+mod library;
+mod query;
 mod read;
 pub mod registry;
 
 pub use experts::*;
 pub use handle::*;
+pub use library::*;
+pub use query::*;
 pub use read::*;
 
 use error::Failure;

@@ -5,8 +5,10 @@
 use std::collections::BTreeSet;
 
 const HEADER: &str = include_str!("../../include/ds4stream.h");
-const SOURCES: [&str; 4] = [
+const SOURCES: [&str; 6] = [
     include_str!("../src/handle.rs"),
+    include_str!("../src/library.rs"),
+    include_str!("../src/query.rs"),
     include_str!("../src/read.rs"),
     include_str!("../src/experts.rs"),
     include_str!("../src/error.rs"),

@@ -26,20 +26,24 @@
 //! `decode::CudaMoe` keep their own slot loaders; they could move onto this module.
 
 use crate::device::{DeviceBuffer, DeviceError};
-use crate::engine::{Engine, EngineError, ReadRequest, Ticket};
+use crate::engine::{Engine, EngineError, ReadRequest};
 use crate::expert_cache::{
     CacheError, CacheStats, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId,
 };
 use crate::model::{Ds4Model, ExpertKind};
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Sender};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod state;
 #[cfg(test)]
 mod tests;
+
+pub use state::ExpertPins;
+use state::{completer, release, Held, Load, Shared, SlotInfo, State};
 
 /// Alignment of each slice inside a slot (enough for any GPU kernel's vector loads).
 pub const SLICE_ALIGN: u64 = 256;
@@ -97,48 +101,6 @@ pub struct StoreStats {
     pub bytes_streamed: u64,
     pub loads_in_flight: u64,
     pub pinned_slots: u64,
-}
-
-/// One pin: slot, and the fill generation it was taken on.
-#[derive(Clone, Copy, Debug)]
-struct Held {
-    slot: SlotId,
-    gen: u64,
-    key: ExpertKey,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct SlotInfo {
-    /// Bumped at every new fill and at a failed one: a stale release cannot touch a reused slot.
-    gen: u64,
-    /// Holders of this fill.
-    refs: u32,
-}
-
-struct State {
-    cache: ExpertCache,
-    info: Vec<SlotInfo>,
-    /// Failed fills that holders still wait on: error and holders left.
-    failed: HashMap<(SlotId, u64), (Arc<EngineError>, u32)>,
-    in_flight: u64,
-    bytes_streamed: u64,
-}
-
-struct Shared {
-    state: Mutex<State>,
-    cv: Condvar,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-struct Load {
-    slot: SlotId,
-    bytes: u64,
-    ticket: Ticket,
 }
 
 /// Where each slice of a layer's experts goes inside a slot: (offset, len).
@@ -547,55 +509,6 @@ impl ExpertStore {
     }
 }
 
-/// Releases `held`'s pins (under the lock).
-fn release(st: &mut State, held: &[Held]) {
-    for h in held {
-        if let Some((_, left)) = st.failed.get_mut(&(h.slot, h.gen)) {
-            *left -= 1;
-            if *left == 0 {
-                st.failed.remove(&(h.slot, h.gen));
-            }
-            continue;
-        }
-        let info = &mut st.info[h.slot as usize];
-        if info.gen != h.gen || info.refs == 0 {
-            continue;
-        }
-        info.refs -= 1;
-        if info.refs == 0 {
-            st.cache.unpin(h.slot);
-        }
-    }
-}
-
-/// Waits for each read in start order and settles its slot.
-fn completer(shared: Arc<Shared>, rx: Receiver<Load>) {
-    for load in rx {
-        let r = load.ticket.wait();
-        let mut st = shared.lock();
-        st.in_flight -= 1;
-        let slot = load.slot;
-        match r {
-            Ok(()) => {
-                if st.cache.fill_done(slot).is_ok() {
-                    st.bytes_streamed += load.bytes;
-                }
-            }
-            Err(e) => {
-                let _ = st.cache.fill_failed(slot);
-                let info = &mut st.info[slot as usize];
-                let (gen, refs) = (info.gen, std::mem::take(&mut info.refs));
-                info.gen += 1;
-                if refs > 0 {
-                    st.failed.insert((slot, gen), (Arc::new(e), refs));
-                }
-            }
-        }
-        drop(st);
-        shared.cv.notify_all();
-    }
-}
-
 impl Drop for ExpertStore {
     fn drop(&mut self) {
         // Closing the channel lets the completer drain the reads in flight and exit; the
@@ -613,34 +526,5 @@ impl std::fmt::Debug for ExpertStore {
             .field("slot_bytes", &self.slot_bytes)
             .field("stats", &self.stats())
             .finish()
-    }
-}
-
-/// Experts pinned by [`ExpertStore::acquire`], in the order asked for; unpinned on drop.
-/// Holds no reference to the store: dropping it after the store is harmless.
-pub struct ExpertPins {
-    shared: Arc<Shared>,
-    held: Vec<Held>,
-    locs: Vec<ExpertLoc>,
-}
-
-impl ExpertPins {
-    /// Per expert asked for: its slot and slices in [`ExpertStore::slab`].
-    pub fn locations(&self) -> &[ExpertLoc] {
-        &self.locs
-    }
-}
-
-impl std::fmt::Debug for ExpertPins {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(&self.locs).finish()
-    }
-}
-
-impl Drop for ExpertPins {
-    fn drop(&mut self) {
-        release(&mut self.shared.lock(), &self.held);
-        // A slot unpinned may be what a waiting acquire needs.
-        self.shared.cv.notify_all();
     }
 }
