@@ -12,6 +12,8 @@
 #    files), inspect, cat (whole tensors, experts, ranges), demo (verifies every streamed byte
 #    against the generator), and a flash-scale sparse file (86 GB logical) with filled experts
 #    past 80 GiB, written and read by both builds crosswise.
+#    Also the C ABI's test program (capi/tests/c/abi_test.c) built with mingw-w64 against
+#    ds4stream.dll and run on the same tiny file.
 # 4. (placeholder) a short ds4-stress run: see "stress" below.
 #
 # Bounded: every Wine process runs under `timeout` (a hung exe fails its step, CI goes on), and
@@ -315,6 +317,31 @@ check "demo: as many bytes verified as on Linux, no failed request" demo_verifie
 # The engine's page-aligned chunks took the FILE_FLAG_NO_BUFFERING handle.
 check "demo: chunks read through the unbuffered handle" \
     grep -Eq '"direct_chunks":[1-9]' "$w/demo.json"
+
+# The C ABI from a Windows C program: capi/tests/c/abi_test.c (capi/tests/c_abi.rs runs it on
+# Linux under ASan), built with mingw-w64 against ds4stream.dll through its import library
+# (libds4stream.dll.a), the DLL beside the exe (where Windows looks first), and run on the
+# Windows-written tiny file, a truncated copy of it and a missing path.
+capi_test() {
+    local deps="$wine_target_dir/$target/debug/deps" dir="$scratch/capi"
+    mkdir -p "$dir"
+    if [ ! -f "$deps/ds4stream.dll" ] || [ ! -f "$deps/libds4stream.dll.a" ]; then
+        echo "no ds4stream.dll or libds4stream.dll.a in $deps" >&2
+        return 1
+    fi
+    cp "$deps/ds4stream.dll" "$dir/"
+    x86_64-w64-mingw32-gcc -std=c11 -Wall -Wextra -Werror -O1 -I "$root/include" \
+        "$root/capi/tests/c/abi_test.c" -o "$dir/abi_test.exe" "$deps/libds4stream.dll.a"
+    head -c 4000 "$tiny_w" >"$dir/truncated.gguf"
+    wine_run 120 "$dir/abi_test.exe" "$(winpath "$tiny_w")" "$(winpath "$dir/truncated.gguf")" \
+        "$(winpath "$dir/missing.gguf")" >"$dir/out.txt" 2>&1 || {
+        cat "$dir/out.txt" >&2
+        return 1
+    }
+    sed 's/^/  /' "$dir/out.txt"
+    grep -q "checks passed" "$dir/out.txt"
+}
+check "C ABI: abi_test.exe (mingw-w64) against ds4stream.dll" capi_test
 
 # Flash: the exact DeepSeek V4 Flash shapes, 86 GB logical, all holes except experts 0, 216 and
 # 255 of layer 42 (offsets past 80 GiB). Each OS writes its own file; each reads both.

@@ -17,6 +17,7 @@ pub mod decode;
 pub mod device;
 pub mod engine;
 pub mod expert_cache;
+pub mod expert_store;
 pub mod generate;
 pub mod gguf;
 pub mod model;

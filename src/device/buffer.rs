@@ -244,6 +244,12 @@ pub unsafe trait DeviceMemory: Send + Sync + 'static {
     /// CPU-writable address of the allocation when the memory is host-visible (host backend,
     /// unified memory); the engine then reads straight into it.
     fn host_ptr(&self) -> Option<NonNull<u8>>;
+    /// The address GPU kernels use for byte 0 (a `CUdeviceptr` / HIP device pointer), for
+    /// callers outside Rust that launch their own kernels on this memory (the C ABI's expert
+    /// pointers). `None` for memory that is not a GPU allocation (the host backend).
+    fn device_addr(&self) -> Option<u64> {
+        None
+    }
     /// For a backend to downcast to its own allocation type.
     fn as_any(&self) -> &dyn Any;
 }

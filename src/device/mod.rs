@@ -25,6 +25,7 @@ pub mod buffer;
 mod completion;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod foreign;
 #[cfg(feature = "hip")]
 pub mod hip;
 pub mod host;
@@ -33,6 +34,7 @@ pub use buffer::{
     DeferredErrors, DeviceBuffer, DeviceMemory, Event, EventImpl, PinnedBuf, PinnedMemory,
     WriteLease,
 };
+pub use foreign::ForeignHostMemory;
 pub use host::{CopyGate, HostConfig, HostDevice};
 
 use std::fmt;
@@ -85,6 +87,11 @@ pub enum DeviceError {
     },
     #[error("the {0} device's copy stream has stopped")]
     StreamClosed(BackendKind),
+    #[error("the {backend} backend does not support {what}")]
+    Unsupported {
+        backend: BackendKind,
+        what: &'static str,
+    },
 }
 
 /// Which backend a device comes from.
@@ -286,6 +293,27 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// staging buffer was dropped without waiting (kept in the device's [`DeferredErrors`]).
     fn synchronize(&self) -> Result<(), DeviceError>;
 
+    /// Wraps `len` bytes of this device's memory at device address `addr` that someone else
+    /// allocated (a C caller's `cuMemAlloc` / `hipMalloc` in the same context: the C ABI's
+    /// `DS4S_MEM_DEVICE` reads) as a copy destination; dropping the buffer frees nothing.
+    /// Backends without device memory of their own (host) answer [`DeviceError::Unsupported`].
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` is device memory of this device and context that stays allocated
+    /// until the returned buffer (and every clone of its `Arc`) is dropped, and that nothing
+    /// else reads or writes while a request or copy into it is in flight.
+    unsafe fn wrap_device_memory(
+        &self,
+        addr: u64,
+        len: usize,
+    ) -> Result<DeviceBuffer, DeviceError> {
+        let _ = (addr, len);
+        Err(DeviceError::Unsupported {
+            backend: self.kind(),
+            what: "destinations in foreign device memory",
+        })
+    }
+
     /// Free and total device memory, where the backend can say (GPUs); `None` for the host
     /// backend, whose "device memory" is the process heap.
     fn memory_info(&self) -> Result<Option<MemInfo>, DeviceError> {
@@ -319,6 +347,24 @@ pub trait Device: Send + Sync + fmt::Debug {
 pub struct MemInfo {
     pub free: u64,
     pub total: u64,
+}
+
+/// A foreign device range must be non-null and not wrap the address space.
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub(crate) fn check_foreign(
+    addr: u64,
+    len: usize,
+    backend: BackendKind,
+) -> Result<(), DeviceError> {
+    if addr == 0 || addr.checked_add(len as u64).is_none() {
+        return Err(DeviceError::Backend {
+            backend,
+            call: "wrap_device_memory",
+            code: -1,
+            detail: format!("device range {addr:#x}+{len} is null or wraps around"),
+        });
+    }
+    Ok(())
 }
 
 /// Checks `offset + len <= size` without overflow.

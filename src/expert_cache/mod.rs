@@ -323,6 +323,31 @@ impl ExpertCache {
         self.pinned = pinned;
     }
 
+    /// Releases the pin of `slot` alone (the others stay pinned): for callers that pin and
+    /// release experts one lease at a time (`expert_store`) rather than per layer. A slot that
+    /// is not pinned is left as it is. O(1) amortised: the list `unpin_all` walks is compacted
+    /// when stale entries outnumber live pins.
+    pub fn unpin(&mut self, slot: SlotId) {
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if !s.pinned {
+            return;
+        }
+        s.pinned = false;
+        self.n_pinned -= 1;
+        if s.state == State::Resident {
+            self.policy.attach(slot);
+            self.n_attached += 1;
+        }
+        // `unpin_all` skips entries whose flag is clear; drop them here so the list stays
+        // O(pinned) for a caller that never calls `unpin_all`.
+        if self.pinned.len() > 2 * self.n_pinned + 64 {
+            let slots = &self.slots;
+            self.pinned.retain(|&p| slots[p as usize].pinned);
+        }
+    }
+
     /// The read into `slot` finished: its expert is resident. O(1).
     pub fn fill_done(&mut self, slot: SlotId) -> Result<(), CacheError> {
         let s = self.loading_slot(slot)?;

@@ -284,3 +284,44 @@ fn belady_bounds_every_policy() {
         }
     }
 }
+
+#[test]
+fn unpin_releases_one_slot_and_keeps_the_others_pinned() {
+    let mut c = cache(2, PolicyKind::Lru);
+    let (a, b) = (key(0, 1), key(0, 2));
+    let sa = match c.lookup(a).unwrap() {
+        Lookup::Miss { slot, .. } => slot,
+        other => panic!("{other:?}"),
+    };
+    c.fill_done(sa).unwrap();
+    let sb = match c.lookup(b).unwrap() {
+        Lookup::Miss { slot, .. } => slot,
+        other => panic!("{other:?}"),
+    };
+    c.fill_done(sb).unwrap();
+    // Both pinned: a third key finds no slot.
+    assert!(matches!(c.lookup(key(0, 3)), Err(CacheError::Full { .. })));
+    c.unpin(sa);
+    assert!(!c.is_pinned(sa) && c.is_pinned(sb));
+    assert_eq!(c.pinned_count(), 1);
+    // Only the unpinned slot can be evicted.
+    match c.lookup(key(0, 3)).unwrap() {
+        Lookup::Miss { slot, evicted } => {
+            assert_eq!((slot, evicted), (sa, Some(a)));
+            c.fill_done(slot).unwrap();
+        }
+        other => panic!("{other:?}"),
+    }
+    c.unpin(sa);
+    c.unpin(sa); // not pinned any more: no effect
+    assert_eq!(c.pinned_count(), 1);
+    // Many pin/unpin rounds on one slot keep the pin list bounded and unpin_all consistent.
+    for _ in 0..1000 {
+        assert!(matches!(c.lookup(key(0, 3)).unwrap(), Lookup::Hit(_)));
+        c.unpin(sa);
+    }
+    assert!(c.pinned.len() <= 2 * c.pinned_count() + 65);
+    c.unpin_all();
+    assert_eq!(c.pinned_count(), 0);
+    assert!(!c.is_pinned(sb));
+}

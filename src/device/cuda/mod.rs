@@ -287,6 +287,8 @@ struct CudaMemory {
     len: usize,
     /// Host address of mapped memory (unified mode).
     host: Option<NonNull<u8>>,
+    /// False for a caller's allocation (`wrap_device_memory`): never freed here.
+    owned: bool,
 }
 
 // SAFETY: a device address and an owned mapping; the driver may be called from any thread.
@@ -307,6 +309,9 @@ unsafe impl DeviceMemory for CudaMemory {
     fn host_ptr(&self) -> Option<NonNull<u8>> {
         self.host
     }
+    fn device_addr(&self) -> Option<u64> {
+        Some(self.dptr)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -321,7 +326,7 @@ impl CudaMemory {
 
 impl Drop for CudaMemory {
     fn drop(&mut self) {
-        if self.ctx.bind().is_err() {
+        if !self.owned || self.ctx.bind().is_err() {
             return;
         }
         // SAFETY: ours; no copy writes it any more (copies hold a lease on the buffer, which
@@ -396,6 +401,23 @@ impl Device for CudaDevice {
         Ok(PinnedBuf::new(Box::new(mem), self.deferred.clone()))
     }
 
+    unsafe fn wrap_device_memory(
+        &self,
+        addr: u64,
+        len: usize,
+    ) -> Result<DeviceBuffer, DeviceError> {
+        super::check_foreign(addr, len, BackendKind::Cuda)?;
+        // Not owned: Drop frees nothing. The caller vouches (the trait's contract) that the
+        // range is this context's memory and outlives the buffer.
+        Ok(DeviceBuffer::from_memory(Box::new(CudaMemory {
+            ctx: self.ctx.clone(),
+            dptr: addr,
+            len,
+            host: None,
+            owned: false,
+        })))
+    }
+
     fn alloc(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
         self.ctx.bind()?;
         let mem = if self.unified {
@@ -418,6 +440,7 @@ impl Device for CudaDevice {
                 dptr: d,
                 len,
                 host: NonNull::new(p.cast::<u8>()),
+                owned: true,
             }
         } else {
             let mut d: sys::CUdeviceptr = 0;
@@ -431,6 +454,7 @@ impl Device for CudaDevice {
                 dptr: d,
                 len,
                 host: None,
+                owned: true,
             }
         };
         if len > 0 {

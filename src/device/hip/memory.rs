@@ -74,6 +74,8 @@ pub(super) struct HipMemory {
     pub(super) len: usize,
     /// Host address of mapped memory (unified mode).
     pub(super) host: Option<NonNull<u8>>,
+    /// False for a caller's allocation (`wrap_device_memory`): never freed here.
+    pub(super) owned: bool,
 }
 
 // SAFETY: a device address and an owned mapping; the runtime may be called from any thread.
@@ -94,6 +96,9 @@ unsafe impl DeviceMemory for HipMemory {
     fn host_ptr(&self) -> Option<NonNull<u8>> {
         self.host
     }
+    fn device_addr(&self) -> Option<u64> {
+        Some(self.dptr as usize as u64)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -109,7 +114,7 @@ impl HipMemory {
 
 impl Drop for HipMemory {
     fn drop(&mut self) {
-        if self.dev.bind().is_err() {
+        if !self.owned || self.dev.bind().is_err() {
             return;
         }
         // SAFETY: ours; no copy writes it any more (copies hold a lease on the buffer, which

@@ -252,6 +252,23 @@ impl Device for HipDevice {
         Ok(PinnedBuf::new(Box::new(mem), self.deferred.clone()))
     }
 
+    unsafe fn wrap_device_memory(
+        &self,
+        addr: u64,
+        len: usize,
+    ) -> Result<DeviceBuffer, DeviceError> {
+        super::check_foreign(addr, len, BackendKind::Hip)?;
+        // Not owned: Drop frees nothing. The caller vouches (the trait's contract) that the
+        // range is this device's memory and outlives the buffer.
+        Ok(DeviceBuffer::from_memory(Box::new(HipMemory {
+            dev: self.dev.clone(),
+            dptr: addr as usize as *mut std::ffi::c_void,
+            len,
+            host: None,
+            owned: false,
+        })))
+    }
+
     fn alloc(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
         self.dev.bind()?;
         let mem = if self.unified {
@@ -278,6 +295,7 @@ impl Device for HipDevice {
                 dptr: d,
                 len,
                 host: Some(host),
+                owned: true,
             }
         } else {
             let mut d = std::ptr::null_mut();
@@ -291,6 +309,7 @@ impl Device for HipDevice {
                 dptr: d,
                 len,
                 host: None,
+                owned: true,
             }
         };
         if len > 0 {
