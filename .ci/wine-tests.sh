@@ -14,7 +14,10 @@
 #    past 80 GiB, written and read by both builds crosswise.
 #    Also the C ABI's test program (capi/tests/c/abi_test.c) built with mingw-w64 against
 #    ds4stream.dll and run on the same tiny file.
-# 4. (placeholder) a short ds4-stress run: see "stress" below.
+# 4. Builds tests/device_backends.rs with `--features hip` against an import library of
+#    amdhip64_7.dll made from our own HIP declarations, and runs it under Wine against a stub
+#    DLL that answers hipErrorNoDevice (the Windows hip build links, loads and fails cleanly).
+# 5. (placeholder) a short ds4-stress run: see "stress" below.
 #
 # Bounded: every Wine process runs under `timeout` (a hung exe fails its step, CI goes on), and
 # each failure is named (test binary and test names, or the CLI check) in the final summary.
@@ -34,6 +37,8 @@ need=()
 [ -x /usr/bin/clippy-driver ] || need+=(rust-web-clippy)
 [ -d /usr/lib/rustlib/src/rust/library ] || need+=(rust-web-src)
 command -v x86_64-w64-mingw32-gcc >/dev/null || need+=(gcc-mingw-w64-x86-64)
+# The HIP headers hip-sys's build script checks for (the Windows hip build below).
+[ -f /usr/include/hip/hip_runtime_api.h ] || need+=(libamdhip64-dev)
 [ -x /usr/lib/wine/wine64 ] || need+=(wine64)
 if [ ${#need[@]} -gt 0 ]; then
     say "installing ${need[*]}"
@@ -400,6 +405,60 @@ for spec in \
 done
 rm -f "$flash_w" "$flash_l"
 say "ds4.exe end to end done ($(elapsed))"
+
+# ---------------------------------------------------------------------------------------------
+# The hip backend for Windows (the Strix Halo target): built with mingw against an import
+# library of amdhip64_7.dll made from our own declarations, and run against a stub DLL
+# ---------------------------------------------------------------------------------------------
+# The AMD HIP SDK has no import library for GNU ld (docs/WINDOWS.md), and there is no AMD GPU
+# here: a .def file of the 25 HIP calls src/device/hip/api.rs declares gives both the import
+# library (dlltool) and a stub amdhip64_7.dll whose hipGetDeviceCount answers hipErrorNoDevice
+# (100). tests/device_backends.rs built with `--features hip` (clippy-driver, -D warnings) must
+# start against it and skip its hip rows with that error. Proves the Windows hip build links and
+# loads; says nothing about AMD's runtime.
+hip_windows() {
+    local dir="$wine_target_dir/hip-sdk" names
+    rm -rf "$dir"
+    mkdir -p "$dir/include" "$dir/lib" "$dir/run"
+    ln -s /usr/include/hip "$dir/include/hip" # hip-sys's build script wants the header there
+    names=$(sed -n '/^extern "C" {/,/^}/p' "$root/src/device/hip/api.rs" |
+        grep -o 'fn hip[A-Za-z0-9_]*' | sed 's/^fn //' | sort -u)
+    [ "$(wc -w <<<"$names")" -ge 20 ] || { echo "found only: $names" >&2; return 1; }
+    { echo "LIBRARY amdhip64_7.dll"; echo "EXPORTS"; echo "$names"; } >"$dir/amdhip64.def"
+    x86_64-w64-mingw32-dlltool -d "$dir/amdhip64.def" -l "$dir/lib/libamdhip64.dll.a"
+    {
+        echo '#include <stddef.h>'
+        echo '#define API __declspec(dllexport)'
+        echo 'API int hipGetDeviceCount(int *n) { if (n) *n = 0; return 100; }'
+        echo 'API const char *hipGetErrorName(int e) { return e == 100 ? "hipErrorNoDevice" : "hipErrorUnknown"; }'
+        echo 'API const char *hipGetErrorString(int e) { return e == 100 ? "no ROCm-capable device is detected" : "unknown error"; }'
+        for n in $names; do
+            case $n in hipGetDeviceCount | hipGetErrorName | hipGetErrorString) continue ;; esac
+            echo "API int $n(void) { return 100; }"
+        done
+    } >"$dir/stub.c"
+    x86_64-w64-mingw32-gcc -shared -O1 -o "$dir/run/amdhip64_7.dll" "$dir/stub.c"
+    local exe
+    exe=$(CARGO_TARGET_DIR="$wine_target_dir" HIP_PATH="$dir" RUSTC=/usr/bin/rustc \
+        RUSTC_BOOTSTRAP=1 RUSTC_WORKSPACE_WRAPPER=/usr/bin/clippy-driver RUSTFLAGS="-D warnings" \
+        CARGO_TERM_COLOR=never /usr/bin/cargo test -p ds4-stream --features hip --no-run \
+        --test device_backends -Zbuild-std=std,panic_abort --target "$target" \
+        --message-format=json 2>"$dir/build.log" |
+        grep -o '"executable":"[^"]*device_backends[^"]*\.exe"' | sed 's/^"executable":"//; s/"$//' | tail -1)
+    [ -n "$exe" ] && [ -f "$exe" ] || { tail -n 30 "$dir/build.log" >&2; return 1; }
+    # The exe imports exactly the stub's names from amdhip64_7.dll.
+    x86_64-w64-mingw32-objdump -p "$exe" >"$dir/imports.txt"
+    grep -q 'DLL Name: amdhip64_7.dll' "$dir/imports.txt" ||
+        { echo "$exe does not import amdhip64_7.dll" >&2; return 1; }
+    cp "$exe" "$dir/run/device_backends.exe"
+    wine_run 300 "$dir/run/device_backends.exe" --nocapture >"$dir/out.txt" 2>&1 ||
+        { cat "$dir/out.txt" >&2; return 1; }
+    grep -a '^test result:' "$dir/out.txt" | sed 's/^/  /'
+    grep -a 'hip tests skipped' "$dir/out.txt" | sort | uniq -c | sed 's/^/  /'
+    grep -aq 'hipErrorNoDevice' "$dir/out.txt" ||
+        { echo "the hip rows did not report hipErrorNoDevice" >&2; return 1; }
+}
+check "hip backend for Windows: builds, links amdhip64_7.dll, clean hipErrorNoDevice" hip_windows
 
 # ---------------------------------------------------------------------------------------------
 # stress (placeholder for the `stress` branch)
