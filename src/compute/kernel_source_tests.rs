@@ -4,19 +4,7 @@
 use super::quant::IQ2XXS_GRID;
 use super::DS4_KERNELS_CU;
 
-/// The kernels the launch table documents (kernels/README.md, top of ds4_kernels.cu).
-const KERNELS: [&str; 10] = [
-    "ds4_matvec_iq2_xxs",
-    "ds4_matvec_q2_k",
-    "ds4_matvec_q4_k",
-    "ds4_matvec_q8_0",
-    "ds4_matvec_f16",
-    "ds4_q8_0_to_f16",
-    "ds4_rms_norm",
-    "ds4_sqrt_softplus",
-    "ds4_swiglu_clamp",
-    "ds4_weighted_add",
-];
+use super::KERNEL_NAMES as KERNELS;
 
 #[test]
 fn kernel_grid_matches_the_host_grid() {

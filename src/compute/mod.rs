@@ -31,5 +31,21 @@ pub use quant::{dequantize_row, is_supported, matvec, q8_0_to_f16, row_bytes};
 /// kernels/README.md documents each kernel's launch shape.
 pub const DS4_KERNELS_CU: &str = include_str!("../../kernels/ds4_kernels.cu");
 
+/// Every `extern "C" __global__` kernel of [`DS4_KERNELS_CU`] (the GPU backends load each by
+/// name; `kernel_source_tests` checks that the source defines exactly these and
+/// kernels/README.md documents them).
+pub const KERNEL_NAMES: [&str; 10] = [
+    "ds4_matvec_iq2_xxs",
+    "ds4_matvec_q2_k",
+    "ds4_matvec_q4_k",
+    "ds4_matvec_q8_0",
+    "ds4_matvec_f16",
+    "ds4_q8_0_to_f16",
+    "ds4_rms_norm",
+    "ds4_sqrt_softplus",
+    "ds4_swiglu_clamp",
+    "ds4_weighted_add",
+];
+
 #[cfg(test)]
 mod kernel_source_tests;

@@ -14,6 +14,7 @@
 
 use super::api::{check, Ctx};
 use super::{CudaMemory, Stream};
+use crate::compute::KERNEL_NAMES as NAMES;
 use crate::device::{BackendKind, DeviceBuffer, DeviceError};
 use crate::gguf::GgmlType;
 use cudarc::driver::sys;
@@ -23,19 +24,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// Threads per block of the reducing kernels (`DS4_THREADS` in the source).
 const THREADS: u32 = 256;
-
-const NAMES: &[&str] = &[
-    "ds4_matvec_iq2_xxs",
-    "ds4_matvec_q2_k",
-    "ds4_matvec_q4_k",
-    "ds4_matvec_q8_0",
-    "ds4_matvec_f16",
-    "ds4_q8_0_to_f16",
-    "ds4_rms_norm",
-    "ds4_sqrt_softplus",
-    "ds4_swiglu_clamp",
-    "ds4_weighted_add",
-];
 
 /// The compiled module and the compute stream of one device.
 pub struct CudaCompute {
@@ -89,7 +77,7 @@ impl CudaCompute {
         let r = unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) };
         check(r, "cuModuleLoadData")?;
         let mut funcs = HashMap::new();
-        for &name in NAMES {
+        for name in NAMES {
             let cname = CString::new(name).map_err(|_| compile_error(name.into()))?;
             let mut f = std::ptr::null_mut();
             // SAFETY: a live module and a NUL-terminated name.
