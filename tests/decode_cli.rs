@@ -99,6 +99,53 @@ fn streamed_equals_resident_at_every_cache_size() {
 }
 
 #[test]
+fn lookahead_changes_reads_not_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    gen_model(&model, &["--scale", "tiny"]);
+    let m = model.to_str().unwrap();
+    let base = ["-m", m, "-n", "24", "--seed", "5"];
+    let resident = run_ds4_json(&base)["digest"].clone();
+    // 6 slots = one layer's K: every guess finds the cache full of the current layer's
+    // experts and must stop quietly; 7 leaves one slot; 64 holds every expert.
+    for slots in ["6", "7", "20", "64"] {
+        let mut args = base.to_vec();
+        args.extend(["--ssd-streaming", "--ssd-streaming-cache-experts", slots]);
+        let plain = run_ds4_json(&args);
+        args.push("--ssd-streaming-lookahead");
+        let v = run_ds4_json(&args);
+        assert_eq!(v["digest"], resident, "{slots} slots");
+        // The tiny model has one router-routed layer (3 of 4 are hash layers): one guess of
+        // K = 6 experts per token, made at the layer before it.
+        let la = &v["lookahead"];
+        let predicted = la["predicted"].as_u64().unwrap();
+        let used = la["used"].as_u64().unwrap();
+        assert_eq!(predicted, 24 * 6, "{slots}: {la}");
+        assert!(used <= predicted, "{slots}: {la}");
+        assert!(
+            la["reads_started"].as_u64().unwrap() <= predicted,
+            "{slots}: {la}"
+        );
+        // The reported lookups are the layers' own: as many as without the lookahead.
+        let lookups = |v: &serde_json::Value| {
+            let c = &v["cache"]["stats"];
+            ["hits", "dedup_hits", "misses"]
+                .iter()
+                .map(|k| c[k].as_u64().unwrap())
+                .sum::<u64>()
+        };
+        assert_eq!(lookups(&v), lookups(&plain), "{slots} slots");
+        assert!(plain.get("lookahead").is_none());
+    }
+    // Only with --ssd-streaming.
+    fails_with(
+        &["-m", m, "--ssd-streaming-lookahead"],
+        2,
+        "--ssd-streaming",
+    );
+}
+
+#[test]
 fn trace_and_dump_have_the_documented_shape() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.gguf");

@@ -57,6 +57,11 @@ pub struct Args {
     /// Keep every expert of the first N layers resident (outside the cache).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub ssd_streaming_full_layers: usize,
+    /// Speculative lookahead: guess each next layer's experts from this layer's input (the
+    /// next router on the current hidden state) and start their reads before computing this
+    /// layer. Results do not change. Host backend only so far.
+    #[arg(long, requires = "ssd_streaming")]
+    pub ssd_streaming_lookahead: bool,
     /// Expert cache policy (lru, lfu-decay, or an adaptive one; default: the measured best).
     #[arg(long)]
     pub cache_policy: Option<String>,
@@ -458,6 +463,12 @@ pub fn run(a: Args) -> CliResult {
     let t_load = Instant::now();
     let mut runner = match cuda {
         #[cfg(feature = "cuda")]
+        Some(_) if a.ssd_streaming_lookahead => {
+            return Err(CliError::bad_input(
+                "--ssd-streaming-lookahead: not on the cuda backend yet (host only; use --backend host)",
+            ))
+        }
+        #[cfg(feature = "cuda")]
         Some(dev) => {
             let mut c = crate::decode::CudaMoe::new(
                 dev,
@@ -479,7 +490,7 @@ pub fn run(a: Args) -> CliResult {
         #[cfg(not(feature = "cuda"))]
         Some(never) => match never {},
         None => Runner::Host(
-            MoeStack::new(&weights, &engine),
+            MoeStack::new(&weights, &engine).with_lookahead(a.ssd_streaming_lookahead),
             if a.ssd_streaming {
                 let mut st = StreamedExperts::new(&engine, &model, slots, policy)
                     .map_err(bad)?
@@ -663,6 +674,13 @@ fn report(
             v["fetch_p50_us"] = st.fetch_p50_us.into();
             v["fetch_p99_us"] = st.fetch_p99_us.into();
             v["prefetched_hash_experts"] = st.prefetched.into();
+            if a.ssd_streaming_lookahead {
+                v["lookahead"] = serde_json::json!({
+                    "predicted": st.lookahead_predicted,
+                    "used": st.lookahead_used,
+                    "reads_started": st.lookahead_reads,
+                });
+            }
         }
         if let Some(m) = mem {
             v["device_memory"] = m.clone();
@@ -696,6 +714,16 @@ fn report(
             st.fetch_p99_us,
             st.prefetched
         );
+        if a.ssd_streaming_lookahead {
+            let _ = writeln!(
+                t,
+                "lookahead: {} experts guessed, {} of them used by their layer ({:.1}%), {} reads started early",
+                st.lookahead_predicted,
+                st.lookahead_used,
+                100.0 * st.lookahead_used as f64 / st.lookahead_predicted.max(1) as f64,
+                st.lookahead_reads
+            );
+        }
     }
     if let Some(m) = mem {
         write_device_memory(&mut t, m);

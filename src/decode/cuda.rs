@@ -617,6 +617,7 @@ impl<'a> CudaMoe<'a> {
             fetch_p99_us: self.hist.value_at_quantile(0.99),
             fetch_max_us: self.hist.max(),
             prefetched: self.prefetched,
+            ..FetchStats::default()
         }
     }
 }

@@ -54,6 +54,13 @@ pub struct FetchStats {
     pub fetch_max_us: u64,
     /// Hash-layer experts read at token start (before their layer asked).
     pub prefetched: u64,
+    /// Speculative lookahead (`--ssd-streaming-lookahead`): experts predicted for the next
+    /// layer, how many of those the next layer then used, and how many reads the predictions
+    /// started (predicted experts that were neither cached nor loading). The guesses' own cache
+    /// lookups are not in `cache`'s hits and misses (its evictions include theirs).
+    pub lookahead_predicted: u64,
+    pub lookahead_used: u64,
+    pub lookahead_reads: u64,
 }
 
 /// Gives the stack each layer's experts.
@@ -66,6 +73,12 @@ pub trait ExpertProvider {
     fn request(&mut self, layer: usize, ids: &[u32]) -> Result<Vec<Fetch>, DecodeError>;
     /// Waits for a pending expert.
     fn wait(&mut self, slot: SlotId) -> Result<Arc<ExpertData>, DecodeError>;
+    /// A guess of the experts `layer` will ask for (speculative lookahead): start reading the
+    /// ones that are not there, pin nothing beyond the reads themselves, never wait. A wrong
+    /// guess costs reads and cache space, never a result.
+    fn speculate(&mut self, _layer: usize, _ids: &[u32]) -> Result<(), DecodeError> {
+        Ok(())
+    }
     /// The layer's experts are no longer in use (they may be evicted from now on).
     fn end_layer(&mut self, _layer: usize) {}
     fn stats(&self) -> FetchStats {
@@ -183,6 +196,12 @@ pub struct StreamedExperts<'a> {
     stall: Duration,
     prefetched: u64,
     hist: Histogram<u64>,
+    /// The last speculative guess: (layer, experts).
+    guess: Option<(usize, Vec<u32>)>,
+    lookahead: [u64; 3],
+    /// The cache lookups the guesses made (hits, dedup hits, misses, full): kept out of the
+    /// reported hit rate, which counts the layers' own requests.
+    spec_lookups: [u64; 4],
 }
 
 impl<'a> StreamedExperts<'a> {
@@ -210,6 +229,9 @@ impl<'a> StreamedExperts<'a> {
             stall: Duration::ZERO,
             prefetched: 0,
             hist: Histogram::new(3).expect("3 significant figures is valid"),
+            guess: None,
+            lookahead: [0; 3],
+            spec_lookups: [0; 4],
         })
     }
 
@@ -344,6 +366,23 @@ impl<'a> StreamedExperts<'a> {
         Ok(out)
     }
 
+    /// Completes the reads in flight whose bytes have all arrived (no waiting): their slots
+    /// become resident instead of loading (a failed one is dropped from the cache: its layer
+    /// will read it again if it asks).
+    fn harvest(&mut self) {
+        let done: Vec<SlotId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| {
+                p.gate.is_done() && p.up.is_done() && p.down.as_ref().is_some_and(|d| d.is_done())
+            })
+            .map(|(s, _)| *s)
+            .collect();
+        for s in done {
+            let _ = self.wait(s);
+        }
+    }
+
     /// Waits for every read in flight except `keep`'s (those of the request being built).
     fn settle(&mut self, keep: &[SlotId]) -> Result<(), DecodeError> {
         let others: Vec<SlotId> = self
@@ -375,7 +414,34 @@ impl ExpertProvider for StreamedExperts<'_> {
     }
 
     fn request(&mut self, layer: usize, ids: &[u32]) -> Result<Vec<Fetch>, DecodeError> {
+        if let Some((l, g)) = self.guess.take() {
+            if l == layer {
+                self.lookahead[1] += ids.iter().filter(|e| g.contains(e)).count() as u64;
+            }
+        }
         self.request_many(layer, ids, false)
+    }
+
+    fn speculate(&mut self, layer: usize, ids: &[u32]) -> Result<(), DecodeError> {
+        if layer < self.full.experts.len() {
+            return Ok(()); // resident
+        }
+        let before = self.pending.len();
+        let c0 = self.cache.stats();
+        self.request_many(layer, ids, true)?;
+        let c1 = self.cache.stats();
+        for (acc, (a, b)) in self.spec_lookups.iter_mut().zip([
+            (c1.hits, c0.hits),
+            (c1.dedup_hits, c0.dedup_hits),
+            (c1.misses, c0.misses),
+            (c1.full, c0.full),
+        ]) {
+            *acc += a - b;
+        }
+        self.lookahead[0] += ids.len() as u64;
+        self.lookahead[2] += (self.pending.len() - before) as u64;
+        self.guess = Some((layer, ids.to_vec()));
+        Ok(())
     }
 
     fn wait(&mut self, slot: SlotId) -> Result<Arc<ExpertData>, DecodeError> {
@@ -424,20 +490,32 @@ impl ExpertProvider for StreamedExperts<'_> {
     }
 
     fn end_layer(&mut self, _layer: usize) {
+        // Reads that already landed (prefetches and guesses nobody has asked for yet) become
+        // resident now, so their slots stop counting as loading.
+        self.harvest();
         // Unpins everything not loading: hash-layer prefetches of later layers that already
         // landed become evictable too (at worst re-read), never a slot being written.
         self.cache.unpin_all();
     }
 
     fn stats(&self) -> FetchStats {
+        let mut cache = self.cache.stats();
+        let [h, d, m, f] = self.spec_lookups;
+        cache.hits -= h;
+        cache.dedup_hits -= d;
+        cache.misses -= m;
+        cache.full -= f;
         FetchStats {
-            cache: self.cache.stats(),
+            cache,
             bytes_streamed: self.bytes_streamed,
             stall: self.stall,
             fetch_p50_us: self.hist.value_at_quantile(0.5),
             fetch_p99_us: self.hist.value_at_quantile(0.99),
             fetch_max_us: self.hist.max(),
             prefetched: self.prefetched,
+            lookahead_predicted: self.lookahead[0],
+            lookahead_used: self.lookahead[1],
+            lookahead_reads: self.lookahead[2],
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct TokenTrace {
 pub struct MoeStack<'a> {
     pub weights: &'a MoeWeights,
     engine: &'a Engine,
+    /// Speculative lookahead: guess the next layer's experts before computing this one's.
+    lookahead: bool,
 }
 
 fn comp(what: &str) -> impl FnOnce(ComputeError) -> DecodeError + '_ {
@@ -32,7 +34,21 @@ fn comp(what: &str) -> impl FnOnce(ComputeError) -> DecodeError + '_ {
 
 impl<'a> MoeStack<'a> {
     pub fn new(weights: &'a MoeWeights, engine: &'a Engine) -> Self {
-        Self { weights, engine }
+        Self {
+            weights,
+            engine,
+            lookahead: false,
+        }
+    }
+
+    /// Speculative lookahead (`--ssd-streaming-lookahead`): once a layer's experts are
+    /// requested, the next (router-routed) layer's router runs on this layer's input (the
+    /// residual stream changes by this layer's output only) and the experts it picks are handed
+    /// to [`ExpertProvider::speculate`], so their reads overlap this layer's compute. Results
+    /// do not change: the guess only starts reads.
+    pub fn with_lookahead(mut self, on: bool) -> Self {
+        self.lookahead = on;
+        self
     }
 
     /// Row `t` of token_embd as f32 (read from the file: E × 2 bytes).
@@ -76,6 +92,12 @@ impl<'a> MoeStack<'a> {
         let mut x = vec![0f32; e];
         let mut z = vec![0f32; p.n_expert];
         let mut pr = vec![0f32; p.n_expert];
+        // The lookahead's own router buffers (next layer's x, z, p).
+        let (mut xn, mut zn, mut prn) = (
+            vec![0f32; e],
+            vec![0f32; p.n_expert],
+            vec![0f32; p.n_expert],
+        );
         for (l, lw) in w.layers.iter().enumerate() {
             ops::rms_norm(&h, &lw.ffn_norm, p.eps, &mut x).map_err(comp("ffn_norm"))?;
             compute::matvec(GgmlType::F16, &lw.router, p.n_expert, e, &x, &mut z)
@@ -88,6 +110,20 @@ impl<'a> MoeStack<'a> {
             let clamp = p.clamp[l];
             // Hits first, misses as they land; the sum below is in router order regardless.
             let fetches = experts.request(l, &ids)?;
+            if let Some(next) = w
+                .layers
+                .get(l + 1)
+                .filter(|n| self.lookahead && n.tid2eid.is_none())
+            {
+                ops::rms_norm(&h, &next.ffn_norm, p.eps, &mut xn)
+                    .map_err(comp("lookahead norm"))?;
+                compute::matvec(GgmlType::F16, &next.router, p.n_expert, e, &xn, &mut zn)
+                    .map_err(comp("lookahead router"))?;
+                ops::sqrt_softplus_slice(&zn, &mut prn)
+                    .map_err(comp("lookahead sqrt(softplus)"))?;
+                let (guess, _) = route(p, next, t, &prn)?;
+                experts.speculate(l + 1, &guess)?;
+            }
             let mut outs: Vec<Option<Vec<f32>>> = vec![None; ids.len()];
             let ffn = |d: &ExpertData| {
                 compute::expert_ffn(

@@ -430,6 +430,11 @@ pub struct BytesTicket {
 }
 
 impl BytesTicket {
+    /// True when the read has completed (ok or not): `wait` then returns at once.
+    pub fn is_done(&self) -> bool {
+        self.ticket.is_done()
+    }
+
     pub fn wait(self) -> Result<Bytes, EngineError> {
         self.ticket.wait()?;
         Ok(into_bytes(self.buf).slice(self.head..self.head + self.len))
