@@ -1,5 +1,5 @@
 //! `ds4 gen-model` as a command: determinism, no overwrite without --force, no half-written
-//! file on failure, exit codes and one-line errors.
+//! file on failure, exit codes and one-line errors, `--layers N` end to end.
 // Needs the ds4 binary, built with the `tools` feature (a default feature).
 #![cfg(feature = "tools")]
 
@@ -127,6 +127,22 @@ fn bad_arguments_exit_2() {
             vec!["--scale", "tiny", "--fill-experts", "16"],
             "fill expert 16 does not exist",
         ),
+        (
+            vec!["--scale", "tiny", "--layers", "0"],
+            "--layers 0 is outside 1..=4 (scale tiny has 4 layers)",
+        ),
+        (
+            vec!["--scale", "demo", "--layers", "11"],
+            "--layers 11 is outside 1..=10",
+        ),
+        (
+            vec!["--scale", "flash", "--layers", "44", "--fill"],
+            "--layers 44 is outside 1..=43",
+        ),
+        (
+            vec!["--scale", "demo", "--layers", "4", "--fill-layers", "2-4"],
+            "fill layer 4 does not exist (the model has 4 layers",
+        ),
     ] {
         let mut a = vec!["gen-model", p];
         a.extend(args);
@@ -147,8 +163,58 @@ fn bad_arguments_exit_2() {
             "all",
         ],
         vec!["gen-model", p],
+        vec!["gen-model", p, "--scale", "tiny", "--layers", "-1"],
+        vec!["gen-model", p, "--scale", "tiny", "--layers", "x"],
     ] {
         assert_eq!(run_ds4(&a).status.code(), Some(2), "{a:?}");
     }
     assert!(dir_names(dir.path()).is_empty());
+}
+
+/// `--layers 4` on the demo scale: a 4-layer model that the DS4 map opens (`ds4 inspect`), that
+/// `ds4 demo` verifies byte for byte against the generator, and that `ds4 --ssd-streaming` runs
+/// with the resident run's digest; `--layers 1` cuts the hash layers too.
+#[test]
+fn layers_flag_writes_a_smaller_model_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo4.gguf");
+    let line = gen_model(&out, &["--scale", "demo", "--layers", "4", "--seed", "3"]);
+    assert!(line.contains(" 4 layers x 128 experts of "), "{line}");
+    assert!(line.contains(", 0 B holes;"), "{line}");
+    let again = dir.path().join("again.gguf");
+    gen_model(&again, &["--scale", "demo", "--layers", "4", "--seed", "3"]);
+    assert!(
+        std::fs::read(&out).unwrap() == std::fs::read(&again).unwrap(),
+        "same options, different files"
+    );
+    let m = out.to_str().unwrap();
+
+    let v = run_ds4_json(&["inspect", m]);
+    assert_eq!(v["ds4"]["layers"], 4, "{}", v["ds4"]);
+    assert_eq!(v["ds4"]["hash_layers"], 3);
+    assert_eq!(v["ds4"]["per_layer"].as_array().map(Vec::len), Some(4));
+
+    let o = run_ds4(&["demo", "--model", m, "--tokens", "2", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let base = ["-m", m, "-n", "2"];
+    let resident = run_ds4_json(&base);
+    let streamed = run_ds4_json(&[&base[..], &["--ssd-streaming"]].concat());
+    assert_eq!(streamed["layers"], 4);
+    assert_eq!(
+        (&resident["mode"], &streamed["mode"]),
+        (&"resident".into(), &"ssd-streaming".into())
+    );
+    assert_eq!(streamed["digest"], resident["digest"]);
+
+    let one = dir.path().join("tiny1.gguf");
+    let line = gen_model(&one, &["--scale", "tiny", "--layers", "1"]);
+    assert!(line.contains(" 1 layers x 16 experts of "), "{line}");
+    let v = run_ds4_json(&["inspect", one.to_str().unwrap()]);
+    assert_eq!(
+        (v["ds4"]["layers"].clone(), v["ds4"]["hash_layers"].clone()),
+        (1.into(), 1.into())
+    );
+    let r = run_ds4_json(&["-m", one.to_str().unwrap(), "-n", "2", "--ssd-streaming"]);
+    assert_eq!(r["layers"], 1);
 }

@@ -26,6 +26,7 @@ fn tiny(dir: &Path) -> PathBuf {
         fill_layers: Vec::new(),
         fill_experts: None,
         quant: Quant::Q2,
+        layers: None,
     };
     write_file(&path, &opts, &mut |_| {}).unwrap();
     path

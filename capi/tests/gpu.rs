@@ -51,6 +51,7 @@ fn device_destinations_and_expert_pointers_hold_the_files_bytes() {
         fill_layers: Vec::new(),
         fill_experts: None,
         quant: Quant::Q2,
+        layers: None,
     };
     write_file(&path, &opts, &mut |_| {}).unwrap();
     let file = std::fs::read(&path).unwrap();

@@ -1,4 +1,5 @@
-//! `ds4 gen-model OUT.gguf --scale tiny|demo|flash`: writes a deterministic DS4-layout GGUF.
+//! `ds4 gen-model OUT.gguf --scale tiny|demo|flash [--layers N]`: writes a deterministic
+//! DS4-layout GGUF (with `--layers`, the scale's first N layers).
 //!
 //! The flags convert into [`generate::Options`]; [`generate::write_file`] writes through a
 //! temporary file renamed into place when complete (no half-written OUT, ever). Existing files
@@ -38,6 +39,10 @@ pub struct Args {
     /// Routed expert quantization.
     #[arg(long, value_enum, default_value = "q2")]
     pub quant: Quant,
+    /// Only the first N layers of the scale (1..=43 flash, 10 demo, 4 tiny): e.g. `--scale
+    /// flash --layers 12 --fill` writes every byte of a 12-layer Flash-shaped model.
+    #[arg(long, value_name = "N")]
+    pub layers: Option<u32>,
     /// Overwrite OUT if it exists.
     #[arg(long)]
     pub force: bool,
@@ -76,9 +81,10 @@ pub fn check_out(out: &Path, force: bool) -> CliResult {
 }
 
 impl Args {
-    /// The typed options (the fill lists parsed; a bad list is bad input).
+    /// The typed options (the fill lists parsed), checked: a bad list, a fill layer or expert
+    /// that does not exist, a layer count outside the scale's, is bad input.
     pub fn options(&self) -> Result<Options, GenError> {
-        Ok(Options {
+        let opts = Options {
             scale: self.scale,
             seed: self.seed,
             holes: if self.fill {
@@ -98,7 +104,10 @@ impl Args {
                 .map(generate::parse_list)
                 .transpose()?,
             quant: self.quant,
-        })
+            layers: self.layers,
+        };
+        opts.check()?;
+        Ok(opts)
     }
 }
 

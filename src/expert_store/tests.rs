@@ -19,6 +19,7 @@ fn tiny() -> (tempfile::TempDir, PathBuf, Arc<Ds4Model>) {
         fill_layers: Vec::new(),
         fill_experts: None,
         quant: Quant::Q2,
+        layers: None,
     };
     write_file(&path, &opts, &mut |_| {}).unwrap();
     let (_, model) = Ds4Model::open(&path).unwrap();

@@ -48,6 +48,12 @@ pub enum GenError {
     BadList { list: String, why: String },
     #[error("bad fill plan: {why}")]
     BadPlan { why: String },
+    #[error("--layers {layers} is outside 1..={max} (scale {scale} has {max} layers)")]
+    BadLayers {
+        layers: u32,
+        scale: &'static str,
+        max: u32,
+    },
     #[error(transparent)]
     Write(#[from] crate::gguf::writer::WriteError),
     #[error("cannot create temporary file {}", path.display())]
@@ -73,10 +79,13 @@ pub enum GenError {
 }
 
 impl GenError {
-    /// True when the options were at fault (a bad fill list or plan), not the file system.
+    /// True when the options were at fault (a bad fill list or plan, a bad layer count), not
+    /// the file system.
     pub fn is_bad_input(&self) -> bool {
         match self {
-            GenError::BadList { .. } | GenError::BadPlan { .. } => true,
+            GenError::BadList { .. } | GenError::BadPlan { .. } | GenError::BadLayers { .. } => {
+                true
+            }
             GenError::WriteTemp { source, .. } => source.is_bad_input(),
             _ => false,
         }

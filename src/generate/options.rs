@@ -22,7 +22,7 @@ pub enum Quant {
 }
 
 /// Everything that decides a generated file's bytes. `Default`: a tiny q2 model, seed 0, every
-/// byte written.
+/// byte written, every layer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     pub scale: Scale,
@@ -36,15 +36,37 @@ pub struct Options {
     /// When set, a written routed tensor gets only these experts; the others stay holes.
     pub fill_experts: Option<Vec<u64>>,
     pub quant: Quant,
+    /// When set, only the first N layers of the scale (1..=its layer count): a smaller model of
+    /// the same per-layer shape (e.g. a few fully written Flash layers).
+    pub layers: Option<u32>,
 }
 
 impl Options {
-    /// The shape of the model: the scale's, with the quantization's routed types.
-    pub fn shape(&self) -> Shape {
-        match self.quant {
-            Quant::Q2 => Shape::for_scale(self.scale),
-            Quant::Q4 => Shape::for_scale(self.scale).with_q4k(),
-        }
+    /// The shape of the model: the scale's, cut to `layers`, with the quantization's routed
+    /// types. A layer count outside 1..=the scale's is [`GenError::BadLayers`].
+    pub fn shape(&self) -> Result<Shape, GenError> {
+        let full = Shape::for_scale(self.scale);
+        let shape = match self.layers {
+            None => full,
+            Some(n) if (1..=full.n_layer).contains(&n) => full.with_layers(n),
+            Some(layers) => {
+                return Err(GenError::BadLayers {
+                    layers,
+                    scale: self.scale.as_str(),
+                    max: full.n_layer,
+                })
+            }
+        };
+        Ok(match self.quant {
+            Quant::Q2 => shape,
+            Quant::Q4 => shape.with_q4k(),
+        })
+    }
+
+    /// Checks the options before any work: the layer count and the fill lists against the
+    /// shape (a fill layer past the last layer, an expert past the last expert).
+    pub fn check(&self) -> Result<(), GenError> {
+        check_plan(&self.shape()?, &self.fill_plan())
     }
 
     /// Which parts are written and which are holes.
@@ -63,12 +85,12 @@ impl Options {
 
     /// The generator of this model's bytes.
     pub fn generator(&self) -> Result<Generator, GenError> {
-        Generator::new(&self.shape(), self.seed)
+        Generator::new(&self.shape()?, self.seed)
     }
 
     /// Logical length of the file (what progress is measured against).
     pub fn file_len(&self) -> Result<u64, GenError> {
-        Ok(super::plan_layout(&self.shape(), self.seed, &self.fill_plan())?.total_len)
+        Ok(super::plan_layout(&self.shape()?, self.seed, &self.fill_plan())?.total_len)
     }
 }
 

@@ -166,6 +166,15 @@ impl Shape {
         self
     }
 
+    /// The first `n` layers of this shape (`n_hash_layer` cut to `n` too): the same tensors,
+    /// names and bytes for those layers, and every per-layer metadata array `n` long. `n` is
+    /// not checked here; [`super::Options::shape`] takes 1..=the scale's layers.
+    pub fn with_layers(mut self, n: u32) -> Self {
+        self.n_layer = n;
+        self.n_hash_layer = self.n_hash_layer.min(n);
+        self
+    }
+
     /// Compression ratio of layer `l`: 0 for l < 2, 4 for even l, 128 for odd l.
     pub fn compress_ratio(l: u32) -> u64 {
         if l < 2 {

@@ -468,3 +468,200 @@ fn flash_metadata_is_the_published_list() {
         layout.total_len
     );
 }
+
+fn with_layers(scale: Scale, layers: Option<u32>) -> Options {
+    Options {
+        scale,
+        layers,
+        holes: Some(Holes::None),
+        ..Options::default()
+    }
+}
+
+fn write_opts(opts: &Options) -> Vec<u8> {
+    let generator = opts.generator().unwrap();
+    let plan = opts.fill_plan();
+    let (out, s) = write_model(
+        Cursor::new(Vec::new()),
+        &generator,
+        &plan,
+        4096,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(s.n_layer, generator.shape().n_layer);
+    out.into_inner()
+}
+
+/// `layers: Some(n)` keeps the scale's first n layers: the tensor list is a prefix of the full
+/// one (globals, then layers 0..n), every per-layer metadata array is n long, and the file is
+/// the header plus exactly those tensors.
+#[test]
+fn truncated_shapes_keep_the_first_layers() {
+    for scale in [Scale::Tiny, Scale::Demo, Scale::Flash] {
+        let full = Shape::for_scale(scale);
+        let full_inv = full.inventory();
+        let globals = full_inv
+            .iter()
+            .take_while(|t| !t.name.starts_with("blk."))
+            .count();
+        for n in [1, 2, 3, full.n_layer - 1] {
+            let opts = with_layers(scale, Some(n));
+            let shape = opts.shape().unwrap();
+            assert_eq!(shape.n_layer, n);
+            assert_eq!(shape.n_hash_layer, full.n_hash_layer.min(n));
+            let inv = shape.inventory();
+            let per_layer = |l: u32| {
+                let p = format!("blk.{l}.");
+                full_inv.iter().filter(|t| t.name.starts_with(&p)).count()
+            };
+            let want = globals + (0..n).map(per_layer).sum::<usize>();
+            assert_eq!(inv.len(), want, "{scale:?} {n}");
+            assert_eq!(&inv[..], &full_inv[..want], "{scale:?} {n}");
+
+            let md = shape.metadata(0, &opts.fill_plan());
+            let get = |k: &str| {
+                md.iter()
+                    .find(|(key, _)| key == &format!("deepseek4.{k}"))
+                    .map(|(_, v)| v.clone())
+                    .unwrap()
+            };
+            assert_eq!(get("block_count").as_u64(), Some(u64::from(n)));
+            assert_eq!(
+                get("hash_layer_count").as_u64(),
+                Some(u64::from(full.n_hash_layer.min(n)))
+            );
+            for k in ["attention.compress_ratios", "swiglu_clamp_exp"] {
+                assert_eq!(get(k).as_array().map(|a| a.len()), Some(n as usize), "{k}");
+            }
+
+            let layout = plan_layout(&shape, 0, &opts.fill_plan()).unwrap();
+            assert_eq!(opts.file_len().unwrap(), layout.total_len);
+            assert_eq!(layout.tensors.len(), want);
+            let last = layout.tensors.last().unwrap();
+            assert_eq!(
+                layout.total_len,
+                last.offset + last.nbytes,
+                "the file ends with layer {}'s last tensor",
+                n - 1
+            );
+        }
+        // All the scale's layers: exactly the scale's shape and file.
+        let all = with_layers(scale, Some(full.n_layer));
+        assert_eq!(all.shape().unwrap(), full);
+        assert_eq!(
+            all.file_len().unwrap(),
+            with_layers(scale, None).file_len().unwrap()
+        );
+    }
+}
+
+/// The same options write the same bytes; `layers: None` writes the file the scale always
+/// wrote (so recorded digests hold); a truncated file's tensors hold the full model's bytes
+/// (so `ds4 demo` verifies it with the scale's generator).
+#[test]
+fn truncated_files_are_deterministic_and_hold_the_full_models_bytes() {
+    let opts = with_layers(Scale::Tiny, Some(2));
+    let file = write_opts(&opts);
+    assert!(file == write_opts(&opts), "same options, different bytes");
+    assert_eq!(file.len() as u64, opts.file_len().unwrap());
+
+    let old = Generator::new(&Shape::tiny(), 0).unwrap();
+    let (old_file, _) = write_model(
+        Cursor::new(Vec::new()),
+        &old,
+        &FillPlan::full(),
+        4096,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(
+        write_opts(&with_layers(Scale::Tiny, None)) == old_file.into_inner(),
+        "layers: None changed the file"
+    );
+
+    let shape = opts.shape().unwrap();
+    let layout = plan_layout(&shape, 0, &FillPlan::full()).unwrap();
+    for t in &layout.tensors {
+        let mut want = vec![0u8; t.nbytes as usize];
+        old.tensor_bytes(&t.name, 0, &mut want).unwrap();
+        let at = t.offset as usize;
+        assert_eq!(&file[at..at + want.len()], &want[..], "{}", t.name);
+    }
+    assert!(layout.index_of("blk.2.attn_norm.weight").is_none());
+}
+
+#[test]
+fn bad_layer_counts_and_fill_layers_past_them_are_refused() {
+    for (scale, n, msg) in [
+        (
+            Scale::Tiny,
+            0,
+            "--layers 0 is outside 1..=4 (scale tiny has 4 layers)",
+        ),
+        (Scale::Tiny, 5, "--layers 5 is outside 1..=4"),
+        (Scale::Demo, 11, "--layers 11 is outside 1..=10"),
+        (Scale::Flash, 44, "--layers 44 is outside 1..=43"),
+    ] {
+        let opts = with_layers(scale, Some(n));
+        for e in [
+            opts.check().unwrap_err(),
+            opts.shape().unwrap_err(),
+            opts.file_len().unwrap_err(),
+        ] {
+            assert!(e.is_bad_input(), "{e}");
+            assert!(e.to_string().contains(msg), "{e}");
+        }
+    }
+    let opts = Options {
+        holes: Some(Holes::All),
+        fill_layers: vec![1, 2],
+        ..with_layers(Scale::Tiny, Some(2))
+    };
+    let e = opts.check().unwrap_err();
+    assert!(e.is_bad_input());
+    assert!(
+        e.to_string()
+            .contains("fill layer 2 does not exist (the model has 2 layers"),
+        "{e}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.gguf");
+    assert!(write_file(&out, &opts, &mut |_| {}).is_err());
+    assert!(!out.exists());
+    assert!(Options {
+        fill_layers: vec![1],
+        ..opts
+    }
+    .check()
+    .is_ok());
+}
+
+/// `--scale flash --layers 12 --fill`: 12 layers of 256 experts of 6.75 MiB (1.6875 GiB of
+/// experts a layer) plus the global tensors and the layers' resident tensors. The numbers
+/// README.md quotes.
+#[test]
+fn flash_twelve_layers_file_length() {
+    let opts = with_layers(Scale::Flash, Some(12));
+    let (mut routed, mut layer_resident, mut globals) = (0u64, 0u64, 0u64);
+    for t in opts.shape().unwrap().inventory() {
+        let n = t.nbytes().unwrap();
+        match ExpertKind::parse_tensor_name(&t.name) {
+            Some(_) => routed += n,
+            None if t.name.starts_with("blk.") => layer_resident += n,
+            None => globals += n,
+        }
+    }
+    let len = opts.file_len().unwrap();
+    eprintln!(
+        "flash --layers 12 --fill: {len} B file, routed {routed} B, layers' resident \
+         {layer_resident} B, globals {globals} B"
+    );
+    assert_eq!(routed, 12 * 256 * 7_077_888);
+    assert_eq!(globals, 1_621_835_796); // token_embd F16 + output Q8_0: 1.510 GiB
+    assert_eq!(layer_resident, 1_972_405_280); // 1.837 GiB, 157 MiB a layer on average
+                                               // 23.601 GiB: the rest is the header (tokenizer) and alignment, 4.1 MiB.
+    let header = len - routed - globals - layer_resident;
+    assert_eq!(header, 4_325_100);
+    assert_eq!(len, 25_341_838_112);
+}

@@ -62,7 +62,10 @@ pub(crate) fn check_plan(shape: &Shape, plan: &FillPlan) -> Result<(), GenError>
         .find(|&&l| l >= u64::from(shape.n_layer))
     {
         return Err(GenError::BadPlan {
-            why: format!("fill layer {l} does not exist ({} layers)", shape.n_layer),
+            why: format!(
+                "fill layer {l} does not exist (the model has {} layers, numbered from 0)",
+                shape.n_layer
+            ),
         });
     }
     if let Some(list) = &plan.fill_experts {
