@@ -143,6 +143,28 @@ fn lookahead_changes_reads_not_results() {
         2,
         "--ssd-streaming",
     );
+    // The C engine's pattern is a GPU comparison, and not with the lookahead.
+    fails_with(
+        &[
+            "-m",
+            m,
+            "--ssd-streaming",
+            "--ssd-streaming-c-engine-pattern",
+        ],
+        2,
+        "GPU backends only",
+    );
+    fails_with(
+        &[
+            "-m",
+            m,
+            "--ssd-streaming",
+            "--ssd-streaming-c-engine-pattern",
+            "--ssd-streaming-lookahead",
+        ],
+        2,
+        "--ssd-streaming-lookahead",
+    );
 }
 
 #[test]

@@ -62,6 +62,23 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
             v["digest"], g["digest"],
             "streamed ({slots}, {policy}) vs resident on the GPU"
         );
+        // The lookahead and the C engine's read pattern change reads, never results.
+        for extra in [
+            "--ssd-streaming-lookahead",
+            "--ssd-streaming-c-engine-pattern",
+        ] {
+            let mut x = s.clone();
+            x.push(extra);
+            let w = run_ds4_json(&x);
+            assert_eq!(w["digest"], g["digest"], "{extra} ({slots}, {policy})");
+            if extra.ends_with("lookahead") {
+                let la = &w["lookahead"];
+                assert!(la["predicted"].as_u64().unwrap() > 0, "{la}");
+                assert!(la["used"].as_u64() <= la["predicted"].as_u64(), "{la}");
+            } else {
+                assert_eq!(w["prefetched_hash_experts"], 0, "{w}");
+            }
+        }
         eprintln!(
             "cuda streamed {slots} {policy}: hit rate {:.3}, {:.2} tokens/s",
             v["cache"]["hit_rate"].as_f64().unwrap(),

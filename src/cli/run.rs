@@ -59,9 +59,19 @@ pub struct Args {
     pub ssd_streaming_full_layers: usize,
     /// Speculative lookahead: guess each next layer's experts from this layer's input (the
     /// next router on the current hidden state) and start their reads before computing this
-    /// layer. Results do not change. Host backend only so far.
+    /// layer. Results do not change. Host and cuda backends.
     #[arg(long, requires = "ssd_streaming")]
     pub ssd_streaming_lookahead: bool,
+    /// Read misses with the C DS4 engine's streaming pattern, re-implemented for same-run
+    /// comparisons: 18 workers, one job per slice (buffered pread, copy, sync, fadvise
+    /// DONTNEED), the layer waits for all of them; LRU unless --cache-policy; no hash-layer
+    /// prefetch. GPU backends only.
+    #[arg(
+        long,
+        requires = "ssd_streaming",
+        conflicts_with = "ssd_streaming_lookahead"
+    )]
+    pub ssd_streaming_c_engine_pattern: bool,
     /// Expert cache policy (lru, lfu-decay, or an adaptive one; default: the measured best).
     #[arg(long)]
     pub cache_policy: Option<String>,
@@ -455,19 +465,19 @@ pub fn run(a: Args) -> CliResult {
         Some(p) => p
             .parse::<PolicyKind>()
             .map_err(|e| CliError::bad_input(e.to_string()))?,
+        None if a.ssd_streaming_c_engine_pattern => PolicyKind::Lru,
         None => PolicyKind::DEFAULT,
     };
+    if a.ssd_streaming_c_engine_pattern && cuda.is_none() {
+        return Err(CliError::bad_input(
+            "--ssd-streaming-c-engine-pattern: GPU backends only (it compares read patterns into device memory; use --backend cuda)",
+        ));
+    }
     let (slots, how) = cache_slots(&a, &model, plan.as_ref())?;
     let preload = preload_keys(&a, &model, slots)?;
     let mut preloaded = 0usize;
     let t_load = Instant::now();
     let mut runner = match cuda {
-        #[cfg(feature = "cuda")]
-        Some(_) if a.ssd_streaming_lookahead => {
-            return Err(CliError::bad_input(
-                "--ssd-streaming-lookahead: not on the cuda backend yet (host only; use --backend host)",
-            ))
-        }
         #[cfg(feature = "cuda")]
         Some(dev) => {
             let mut c = crate::decode::CudaMoe::new(
@@ -478,7 +488,11 @@ pub fn run(a: Args) -> CliResult {
                 a.ssd_streaming.then_some(slots),
                 policy,
             )
-            .map_err(bad)?;
+            .map_err(bad)?
+            .with_lookahead(a.ssd_streaming_lookahead);
+            if a.ssd_streaming_c_engine_pattern {
+                c = c.with_c_engine_pattern(&path).map_err(bad)?;
+            }
             if a.ssd_streaming {
                 c = c
                     .with_full_layers(a.ssd_streaming_full_layers)
@@ -553,6 +567,15 @@ pub fn run(a: Args) -> CliResult {
         mem,
     };
     report(&a, &path, &model, &ids, &run, &st, &digest)
+}
+
+/// Who reads the misses: the engine, or the C engine's pattern re-implemented.
+fn read_pattern(a: &Args) -> &'static str {
+    if a.ssd_streaming_c_engine_pattern {
+        "c-engine pattern (re-implemented: 18 workers, pread+copy+sync per slice, rendezvous per layer)"
+    } else {
+        "engine"
+    }
 }
 
 fn free_memory(dev: &dyn Device) -> Option<u64> {
@@ -674,6 +697,7 @@ fn report(
             v["fetch_p50_us"] = st.fetch_p50_us.into();
             v["fetch_p99_us"] = st.fetch_p99_us.into();
             v["prefetched_hash_experts"] = st.prefetched.into();
+            v["read_pattern"] = read_pattern(a).into();
             if a.ssd_streaming_lookahead {
                 v["lookahead"] = serde_json::json!({
                     "predicted": st.lookahead_predicted,
@@ -714,6 +738,9 @@ fn report(
             st.fetch_p99_us,
             st.prefetched
         );
+        if a.ssd_streaming_c_engine_pattern {
+            let _ = writeln!(t, "misses read by the {}", read_pattern(a));
+        }
         if a.ssd_streaming_lookahead {
             let _ = writeln!(
                 t,

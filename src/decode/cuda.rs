@@ -14,14 +14,22 @@
 //! hidden states. Against the host reference they agree within the kernels' rounding bounds
 //! (kernels/README.md), not bit for bit.
 //!
-//! Limits: one host round trip per layer (the router probabilities); no RAM tier; hash-layer
-//! experts are read at token start like on the host.
+//! Reads: hash-layer experts at token start (their ids come from the token); a layer's misses
+//! queue every gate and up slice before any down slice (the first kernels of an expert need
+//! gate and up only); with [`CudaMoe::with_lookahead`] the next layer's router also runs on
+//! this layer's input and its guesses are read while this layer computes (MoeStack's
+//! lookahead, the same accounting).
+//!
+//! Limits: one host round trip per layer (the router probabilities; two with the lookahead);
+//! no RAM tier; every kernel waits on the GPU for the copies issued before its launch (the
+//! device's ordering contract), not only for its own expert's.
 
+use super::c_pattern::{CPatternLoader, Job, C_ENGINE_WORKERS};
 use super::{DecodeError, FetchStats, MoeWeights, TokenTrace};
 use crate::compute::f16::f16_to_f32;
 use crate::device::cuda::CudaDevice;
 use crate::device::{Device, DeviceBuffer, DeviceError, PinnedBuf};
-use crate::engine::{Engine, ReadRequest, Ticket};
+use crate::engine::{Engine, EngineError, ReadRequest, Ticket};
 use crate::expert_cache::{CacheError, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId};
 use crate::gguf::GgmlType;
 use crate::model::{Ds4Model, ExpertKind};
@@ -54,6 +62,10 @@ struct Scratch {
     /// One output per routed expert of a layer, then the shared one.
     o: Vec<Arc<DeviceBuffer>>,
     y: Arc<DeviceBuffer>,
+    /// The lookahead's router vectors (the next layer's x, z, p).
+    xn: Arc<DeviceBuffer>,
+    zn: Arc<DeviceBuffer>,
+    pn: Arc<DeviceBuffer>,
     /// Pinned host staging of the embedding row.
     up_h: PinnedBuf,
 }
@@ -75,13 +87,43 @@ pub struct CudaMoe<'a> {
     parts: [(usize, usize, GgmlType); 3],
     ff: usize,
     cache: ExpertCache,
-    pending: HashMap<SlotId, (Ticket, Instant)>,
+    pending: HashMap<SlotId, Pending>,
     bytes_streamed: u64,
     stall: Duration,
     prefetched: u64,
     hist: Histogram<u64>,
     /// What each allocation step asked for and what it took from the device's free memory.
     alloc_steps: Vec<AllocStep>,
+    /// Speculative lookahead (`--ssd-streaming-lookahead`): on, and the last guess.
+    lookahead: bool,
+    guess: Option<(usize, Vec<u32>)>,
+    /// Guessed, used by their layer, reads the guesses started.
+    spec: [u64; 3],
+    /// The guesses' own cache lookups (hits, dedup hits, misses, full), kept out of the
+    /// reported hit rate.
+    spec_lookups: [u64; 4],
+    /// `--ssd-streaming-c-engine-pattern`: misses read by the C engine's pattern instead.
+    c_pattern: Option<CPatternLoader>,
+}
+
+/// One slice of an expert: file offset, length, offset in the slab.
+type SliceAt = (u64, usize, usize);
+
+/// A miss being read into its slot: gate and up in one ticket, down in a second one queued
+/// after every gate/up of the same request (`down_at`: file offset, length, slab offset, for
+/// when queueing it failed and [`CudaMoe::ready`] must).
+struct Pending {
+    gate_up: Ticket,
+    down: Option<Ticket>,
+    down_at: SliceAt,
+    key: ExpertKey,
+    since: Instant,
+}
+
+impl Pending {
+    fn is_done(&self) -> bool {
+        self.gate_up.is_done() && self.down.as_ref().is_some_and(Ticket::is_done)
+    }
 }
 
 /// One allocation step of [`CudaMoe`], measured: the bytes asked for and the drop of the
@@ -120,6 +162,19 @@ fn upload(dev: &CudaDevice, bytes: &[u8]) -> Result<Arc<DeviceBuffer>, DecodeErr
         p.wait().map_err(dev_err("upload"))?;
     }
     Ok(buf)
+}
+
+fn read_err(key: ExpertKey) -> impl FnOnce(EngineError) -> DecodeError {
+    move |source| DecodeError::Read {
+        what: format!("expert {} of layer {}", key.expert, key.layer),
+        source,
+    }
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -208,9 +263,12 @@ impl<'a> CudaMoe<'a> {
             a: vec(ff.max(shared_ff))?,
             o: (0..=k).map(|_| vec(e)).collect::<Result<_, _>>()?,
             y: vec(e)?,
+            xn: vec(e)?,
+            zn: vec(x)?,
+            pn: vec(x)?,
             up_h: dev.alloc_pinned(e * 4).map_err(dev_err("alloc pinned"))?,
         };
-        let scratch_bytes = 4 * (2 * e + 2 * x + 3 * ff.max(shared_ff) + (k + 2) * e) as u64;
+        let scratch_bytes = 4 * (3 * e + 4 * x + 3 * ff.max(shared_ff) + (k + 2) * e) as u64;
         let free2 = free_now(&dev);
         alloc_steps.push(step("decode scratch vectors", scratch_bytes, free1, free2));
         let total = model.n_routed_experts() as usize;
@@ -246,6 +304,11 @@ impl<'a> CudaMoe<'a> {
             prefetched: 0,
             hist: Histogram::new(3).expect("3 significant figures is valid"),
             alloc_steps,
+            lookahead: false,
+            guess: None,
+            spec: [0; 3],
+            spec_lookups: [0; 4],
+            c_pattern: None,
         };
         if slots.is_none() {
             // Resident: every expert read now, layer by layer.
@@ -273,6 +336,8 @@ impl<'a> CudaMoe<'a> {
         prefetch: bool,
     ) -> Result<Vec<SlotId>, DecodeError> {
         let mut out = Vec::with_capacity(ids.len());
+        let mut missed = Vec::new();
+        let mut c_jobs = Vec::new();
         for &e in ids {
             let key = ExpertKey::new(layer as u16, e as u16);
             let found = match self.cache.lookup(key) {
@@ -295,7 +360,7 @@ impl<'a> CudaMoe<'a> {
             match found.map_err(|e| DecodeError::Cache(e.to_string()))? {
                 Lookup::Hit(s) | Lookup::Loading(s) => out.push(s),
                 Lookup::Miss { slot, .. } => {
-                    let mut reqs = Vec::with_capacity(3);
+                    let mut at: [SliceAt; 3] = [(0, 0, 0); 3];
                     for (i, kind) in [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
                         .into_iter()
                         .enumerate()
@@ -304,37 +369,120 @@ impl<'a> CudaMoe<'a> {
                             .model
                             .expert_slice(layer as u64, kind, e as u64)
                             .map_err(|err| DecodeError::Cache(err.to_string()))?;
-                        let at = slot as usize * self.expert_bytes + self.parts[i].0;
-                        reqs.push(ReadRequest::new(
-                            sl.offset,
-                            sl.len as usize,
-                            self.slab.clone(),
-                            at,
-                        ));
+                        let dst = slot as usize * self.expert_bytes + self.parts[i].0;
+                        at[i] = (sl.offset, sl.len as usize, dst);
                     }
-                    let t = self
-                        .engine
-                        .submit(reqs)
-                        .map_err(|source| DecodeError::Read {
-                            what: format!("expert {e} of layer {layer}"),
-                            source,
-                        })?;
+                    if self.c_pattern.is_some() && !prefetch {
+                        c_jobs.push((slot, at));
+                        self.bytes_streamed += self.expert_bytes as u64;
+                        out.push(slot);
+                        continue;
+                    }
+                    let reqs = at[..2]
+                        .iter()
+                        .map(|&(o, l, d)| ReadRequest::new(o, l, self.slab.clone(), d))
+                        .collect();
+                    let gate_up = self.engine.submit(reqs).map_err(read_err(key))?;
                     self.bytes_streamed += self.expert_bytes as u64;
-                    self.pending.insert(slot, (t, Instant::now()));
+                    self.pending.insert(
+                        slot,
+                        Pending {
+                            gate_up,
+                            down: None,
+                            down_at: at[2],
+                            key,
+                            since: Instant::now(),
+                        },
+                    );
+                    missed.push(slot);
                     out.push(slot);
                 }
             }
         }
+        // Every miss's gate and up are queued; now the downs (needed last by each expert).
+        for s in missed {
+            self.queue_down(s)?;
+        }
+        if !c_jobs.is_empty() {
+            self.c_load(c_jobs)?;
+        }
         Ok(out)
+    }
+
+    /// The C engine's pattern: one job per slice on its 18 workers, and the layer waits for
+    /// all of them before anything computes.
+    fn c_load(&mut self, misses: Vec<(SlotId, [SliceAt; 3])>) -> Result<(), DecodeError> {
+        let Some(loader) = &self.c_pattern else {
+            return Ok(());
+        };
+        let jobs = misses
+            .iter()
+            .flat_map(|(_, at)| at.iter())
+            .map(|&(offset, len, at)| Job {
+                offset,
+                len,
+                dst: self.slab.clone(),
+                at,
+            })
+            .collect();
+        let t0 = Instant::now();
+        let r = loader.load(jobs);
+        let took = t0.elapsed();
+        self.stall += took;
+        for (slot, _) in &misses {
+            if r.is_ok() {
+                self.cache
+                    .fill_done(*slot)
+                    .map_err(|e| DecodeError::Cache(e.to_string()))?;
+                let _ = self.hist.record((took.as_micros() as u64).max(1));
+            } else {
+                let _ = self.cache.fill_failed(*slot);
+            }
+        }
+        r
+    }
+
+    /// Misses are read with the C engine's streaming pattern, re-implemented
+    /// ([`super::c_pattern`]): 18 workers, one job per slice, buffered pread → copy → sync →
+    /// fadvise(DONTNEED), a rendezvous per layer; no hash-layer prefetch at token start (the
+    /// caller also picks LRU and no lookahead). For same-run comparisons only.
+    pub fn with_c_engine_pattern(mut self, path: &std::path::Path) -> Result<Self, DecodeError> {
+        let max = self.parts.iter().map(|p| p.1).max().unwrap_or(0);
+        let dev: Arc<dyn Device> = self.dev.clone();
+        self.c_pattern = Some(CPatternLoader::new(path, dev, C_ENGINE_WORKERS, max)?);
+        Ok(self)
+    }
+
+    /// Queues the down read of pending `slot` (if not queued yet).
+    fn queue_down(&mut self, slot: SlotId) -> Result<(), DecodeError> {
+        let slab = self.slab.clone();
+        let engine = self.engine;
+        if let Some(p) = self.pending.get_mut(&slot).filter(|p| p.down.is_none()) {
+            let (o, l, d) = p.down_at;
+            let t = engine
+                .submit(vec![ReadRequest::new(o, l, slab, d)])
+                .map_err(read_err(p.key))?;
+            p.down = Some(t);
+        }
+        Ok(())
     }
 
     /// Waits until `slot`'s bytes are in device memory (no-op for a resident slot).
     fn ready(&mut self, slot: SlotId) -> Result<(), DecodeError> {
-        let Some((t, since)) = self.pending.remove(&slot) else {
+        if let Err(e) = self.queue_down(slot) {
+            self.pending.remove(&slot);
+            let _ = self.cache.fill_failed(slot);
+            return Err(e);
+        }
+        let Some(p) = self.pending.remove(&slot) else {
             return Ok(());
         };
+        let (since, key) = (p.since, p.key);
         let t0 = Instant::now();
-        let r = t.wait();
+        let r = p.gate_up.wait().and(match p.down {
+            Some(d) => d.wait(),
+            None => Ok(()),
+        });
         self.stall += t0.elapsed();
         match r {
             Ok(()) => {
@@ -347,16 +495,63 @@ impl<'a> CudaMoe<'a> {
             }
             Err(source) => {
                 let _ = self.cache.fill_failed(slot);
-                Err(DecodeError::Read {
-                    what: format!("expert slot {slot}"),
-                    source,
-                })
+                Err(read_err(key)(source))
             }
         }
     }
 
     fn is_pending(&self, slot: SlotId) -> bool {
         self.pending.contains_key(&slot)
+    }
+
+    /// Completes the reads whose bytes have all arrived (no waiting): their slots become
+    /// resident instead of loading. A failed one is dropped from the cache (read again if
+    /// asked for); the error itself belongs to the layer that asks.
+    fn harvest(&mut self) {
+        let done: Vec<SlotId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.is_done())
+            .map(|(s, _)| *s)
+            .collect();
+        for s in done {
+            let stall = self.stall;
+            let _ = self.ready(s);
+            self.stall = stall; // nothing waited
+        }
+    }
+
+    /// Speculative lookahead (`--ssd-streaming-lookahead`), as on the host stack
+    /// ([`super::MoeStack::with_lookahead`]): the next router-routed layer's router runs on
+    /// this layer's input, and the experts it picks start reading (after this layer's demand
+    /// reads, into free slots only) while this layer computes. Results do not change.
+    pub fn with_lookahead(mut self, on: bool) -> Self {
+        self.lookahead = on;
+        self
+    }
+
+    /// Starts reads of the guessed experts of `layer` (a prefetch: stops at a full cache); its
+    /// lookups stay out of the reported hit rate.
+    fn speculate(&mut self, layer: usize, ids: &[u32]) -> Result<(), DecodeError> {
+        if self.full.as_ref().is_some_and(|f| layer < f.1) {
+            return Ok(());
+        }
+        let before = self.pending.len();
+        let c0 = self.cache.stats();
+        self.request(layer, ids, true)?;
+        let c1 = self.cache.stats();
+        for (acc, (a, b)) in self.spec_lookups.iter_mut().zip([
+            (c1.hits, c0.hits),
+            (c1.dedup_hits, c0.dedup_hits),
+            (c1.misses, c0.misses),
+            (c1.full, c0.full),
+        ]) {
+            *acc += a - b;
+        }
+        self.spec[0] += ids.len() as u64;
+        self.spec[2] += self.pending.len().saturating_sub(before) as u64;
+        self.guess = Some((layer, ids.to_vec()));
+        Ok(())
     }
 
     /// gate/up matvecs, SwiGLU-clamp, down matvec of the expert in `slot` into `out`.
@@ -501,7 +696,11 @@ impl<'a> CudaMoe<'a> {
         self.s.up_h.wait().map_err(dev_err("upload h"))?;
         // Hash layers: their experts are known from the token id; read them now.
         let n_full = self.full.as_ref().map_or(0, |f| f.1);
+        let prefetch_hash = self.c_pattern.is_none();
         for (l, lw) in w.layers.iter().enumerate().skip(n_full) {
+            if !prefetch_hash {
+                break;
+            }
             if let Some(tid) = &lw.tid2eid {
                 let ids = tid[t as usize * k..(t as usize + 1) * k].to_vec();
                 let before = self.pending.len();
@@ -528,17 +727,49 @@ impl<'a> CudaMoe<'a> {
             .map_err(dev_err("router"))?;
             d.sqrt_softplus(&self.s.z, &self.s.p, p.n_expert)
                 .map_err(dev_err("sqrt_softplus"))?;
+            // The lookahead: the next router-routed layer's router on this layer's input.
+            let next = w
+                .layers
+                .get(l + 1)
+                .filter(|n| self.lookahead && n.tid2eid.is_none());
+            if next.is_some() {
+                let nl = &self.layers[l + 1];
+                d.rms_norm(&self.s.h, &nl.norm, &self.s.xn, e, p.eps)
+                    .map_err(dev_err("lookahead rms_norm"))?;
+                d.matvec(
+                    GgmlType::F16,
+                    &nl.router,
+                    0,
+                    &self.s.xn,
+                    &self.s.zn,
+                    p.n_expert,
+                    e,
+                )
+                .map_err(dev_err("lookahead router"))?;
+                d.sqrt_softplus(&self.s.zn, &self.s.pn, p.n_expert)
+                    .map_err(dev_err("lookahead sqrt_softplus"))?;
+            }
             // Waits for every kernel so far: nothing reads a slot the reads below may reuse.
             d.read_d2h(&self.s.p, 0, &mut probs)
                 .map_err(dev_err("read back router probabilities"))?;
-            let pr: Vec<f32> = probs
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
+            let pr = f32s(&probs);
+            let guess = match next {
+                Some(n) => {
+                    d.read_d2h(&self.s.pn, 0, &mut probs)
+                        .map_err(dev_err("read back lookahead probabilities"))?;
+                    Some(super::stack::route(p, n, t, &f32s(&probs))?.0)
+                }
+                None => None,
+            };
             let (ids, wts) = match forced {
                 Some(r) => (r[l].experts.clone(), r[l].weights.clone()),
                 None => super::stack::route(p, lw, t, &pr)?,
             };
+            if let Some((gl, g)) = self.guess.take() {
+                if gl == l {
+                    self.spec[1] += ids.iter().filter(|e| g.contains(e)).count() as u64;
+                }
+            }
             let clamp = p.clamp[l];
             if let Some((full, _)) = self.full.as_ref().filter(|f| l < f.1) {
                 let x = p.n_expert;
@@ -553,6 +784,10 @@ impl<'a> CudaMoe<'a> {
             } else {
                 self.request(l, &ids, false)?
             };
+            // The guesses' reads queue behind this layer's demand reads.
+            if let Some(g) = guess {
+                self.speculate(l + 1, &g)?;
+            }
             // Hits first (their kernels run while the misses are read), then the misses.
             for (j, &slot) in slots.iter().enumerate() {
                 if !self.is_pending(slot) {
@@ -590,6 +825,9 @@ impl<'a> CudaMoe<'a> {
             self.dev
                 .weighted_add(&s.h, &s.y, 1.0, e)
                 .map_err(dev_err("residual"))?;
+            // Reads that landed (prefetches, guesses) become resident; then everything not
+            // loading is evictable again.
+            self.harvest();
             self.cache.unpin_all();
             trace.push(TokenTrace {
                 layer: l,
@@ -601,23 +839,27 @@ impl<'a> CudaMoe<'a> {
         self.dev
             .read_d2h(&self.s.h, 0, &mut hb)
             .map_err(dev_err("read back h"))?;
-        let h = hb
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        Ok((h, trace))
+        Ok((f32s(&hb), trace))
     }
 
     pub fn stats(&self) -> FetchStats {
+        let mut cache = self.cache.stats();
+        let [h, d, m, f] = self.spec_lookups;
+        cache.hits -= h;
+        cache.dedup_hits -= d;
+        cache.misses -= m;
+        cache.full -= f;
         FetchStats {
-            cache: self.cache.stats(),
+            cache,
             bytes_streamed: self.bytes_streamed,
             stall: self.stall,
             fetch_p50_us: self.hist.value_at_quantile(0.5),
             fetch_p99_us: self.hist.value_at_quantile(0.99),
             fetch_max_us: self.hist.max(),
             prefetched: self.prefetched,
-            ..FetchStats::default()
+            lookahead_predicted: self.spec[0],
+            lookahead_used: self.spec[1],
+            lookahead_reads: self.spec[2],
         }
     }
 }

@@ -15,9 +15,11 @@
 //! cache, misses read through the engine, hash-layer experts fetched at token start).
 //!
 //! On CUDA ([`CudaMoe`], feature `cuda`) the same stack runs on the GPU kernels, with the experts
-//! in a device slab of cache slots. Limits: no HIP compute yet (hipRTC); tokens are independent
+//! in a device slab of cache slots; [`c_pattern`] re-implements the C engine's streaming
+//! pattern there for same-run comparisons. Limits: no HIP compute yet (hipRTC); tokens are independent
 //! (no attention, no KV cache).
 
+pub mod c_pattern;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod error;

@@ -1,0 +1,227 @@
+//! The C DS4 engine's expert-streaming pattern, **re-implemented** here for same-run
+//! comparisons (`ds4 --ssd-streaming --ssd-streaming-c-engine-pattern`). It is not the C
+//! engine: it is what DS4_FACTS.md describes its ROCm streaming path doing, on our device
+//! layer, so that both patterns read the same file into the same GPU in one run.
+//!
+//! The pattern: 18 persistent read workers (6 experts × 3 tensors: one job per slice); each
+//! worker owns a file handle and a pinned buffer and, per job, does a buffered `pread` into
+//! the buffer → an async copy to the destination → waits for that copy (the C engine's
+//! stream synchronize) → `posix_fadvise(DONTNEED)` on the range read. Read and copy never
+//! overlap inside a worker, and the layer waits for all of its jobs before it computes (one
+//! rendezvous per layer). The cache around it is the C engine's: LRU, no lookahead, no
+//! prefetch of hash-layer experts at token start, no hits-first compute.
+
+use super::DecodeError;
+use crate::device::{Device, DeviceBuffer, PinnedBuf};
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// The C engine's number of read workers (6 experts × 3 tensors).
+pub const C_ENGINE_WORKERS: usize = 18;
+
+/// One slice to read: file range → `dst[at..at + len]`.
+pub struct Job {
+    pub offset: u64,
+    pub len: usize,
+    pub dst: Arc<DeviceBuffer>,
+    pub at: usize,
+}
+
+type Done = Result<(), String>;
+
+/// The worker pool. Dropping it stops and joins the workers.
+pub struct CPatternLoader {
+    jobs: Option<Sender<(Job, Sender<Done>)>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl CPatternLoader {
+    /// `workers` threads, each with its own handle on `path` and a pinned buffer of
+    /// `max_slice` bytes from `dev`.
+    pub fn new(
+        path: &Path,
+        dev: Arc<dyn Device>,
+        workers: usize,
+        max_slice: usize,
+    ) -> Result<Self, DecodeError> {
+        let (tx, rx) = unbounded::<(Job, Sender<Done>)>();
+        let mut handles = Vec::with_capacity(workers);
+        for i in 0..workers.max(1) {
+            let file = File::open(path).map_err(|e| {
+                DecodeError::Cache(format!("c-engine pattern: open {}: {e}", path.display()))
+            })?;
+            let buf = dev
+                .alloc_pinned(max_slice.max(1))
+                .map_err(|e| DecodeError::Cache(format!("c-engine pattern: pinned buffer: {e}")))?;
+            let (rx, dev) = (rx.clone(), dev.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("c-pattern-{i}"))
+                .spawn(move || worker(file, buf, dev.as_ref(), rx))
+                .map_err(|e| DecodeError::Cache(format!("c-engine pattern: spawn: {e}")))?;
+            handles.push(h);
+        }
+        Ok(Self {
+            jobs: Some(tx),
+            workers: handles,
+        })
+    }
+
+    /// Runs `jobs` on the workers and waits for every one (the per-layer rendezvous). The
+    /// first failure is returned after all jobs have finished (none is left writing).
+    pub fn load(&self, jobs: Vec<Job>) -> Result<(), DecodeError> {
+        let tx = self.jobs.as_ref().expect("jobs sender lives until drop");
+        let (dtx, drx) = unbounded();
+        let n = jobs.len();
+        for j in jobs {
+            tx.send((j, dtx.clone()))
+                .map_err(|_| DecodeError::Cache("c-engine pattern: workers gone".into()))?;
+        }
+        drop(dtx);
+        let mut first = None;
+        for _ in 0..n {
+            match drx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    first.get_or_insert(e);
+                }
+                Err(_) => {
+                    first.get_or_insert("c-engine pattern: a worker died".into());
+                    break;
+                }
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some(e) => Err(DecodeError::Cache(e)),
+        }
+    }
+}
+
+impl Drop for CPatternLoader {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn worker(file: File, mut buf: PinnedBuf, dev: &dyn Device, rx: Receiver<(Job, Sender<Done>)>) {
+    while let Ok((job, done)) = rx.recv() {
+        let r = one(&file, &mut buf, dev, &job);
+        let _ = done.send(r);
+    }
+}
+
+/// pread → async copy → wait for it → drop the range from the page cache.
+fn one(file: &File, buf: &mut PinnedBuf, dev: &dyn Device, j: &Job) -> Done {
+    if j.len > buf.len() {
+        return Err(format!(
+            "c-engine pattern: slice of {} bytes > buffer {}",
+            j.len,
+            buf.len()
+        ));
+    }
+    let dst = buf.as_mut_slice().map_err(|e| e.to_string())?;
+    read_at(file, &mut dst[..j.len], j.offset)
+        .map_err(|e| format!("c-engine pattern: read {} at {}: {e}", j.len, j.offset))?;
+    dev.copy_h2d_async(buf, 0, &j.dst, j.at, j.len)
+        .map_err(|e| format!("c-engine pattern: copy: {e}"))?;
+    buf.wait()
+        .map_err(|e| format!("c-engine pattern: copy: {e}"))?;
+    drop_cached(file, j.offset, j.len);
+    Ok(())
+}
+
+#[cfg(unix)]
+fn read_at(f: &File, dst: &mut [u8], off: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(f, dst, off)
+}
+
+#[cfg(windows)]
+fn read_at(f: &File, mut dst: &mut [u8], mut off: u64) -> std::io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    while !dst.is_empty() {
+        match f.seek_read(dst, off)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                dst = &mut std::mem::take(&mut dst)[n..];
+                off += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+fn drop_cached(f: &File, off: u64, len: usize) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a live descriptor; advice only, no memory is touched.
+    unsafe {
+        libc::posix_fadvise(
+            f.as_raw_fd(),
+            off as libc::off_t,
+            len as libc::off_t,
+            libc::POSIX_FADV_DONTNEED,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn drop_cached(_f: &File, _off: u64, _len: usize) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::BackendKind;
+    use std::io::Write;
+
+    #[test]
+    fn every_job_lands_and_errors_come_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&data)
+            .unwrap();
+        let dev = BackendKind::Host.open_default().unwrap();
+        let loader = CPatternLoader::new(&path, dev.clone(), 5, 64 * 1024).unwrap();
+        let dst = Arc::new(dev.alloc(40 * 30_000).unwrap());
+        let jobs = (0..40)
+            .map(|i| Job {
+                offset: (i * 24_001) as u64,
+                len: 30_000,
+                dst: dst.clone(),
+                at: i * 30_000,
+            })
+            .collect();
+        loader.load(jobs).unwrap();
+        let mut got = vec![0u8; 40 * 30_000];
+        dev.read_d2h(&dst, 0, &mut got).unwrap();
+        for i in 0..40 {
+            let o = i * 24_001;
+            assert_eq!(
+                &got[i * 30_000..(i + 1) * 30_000],
+                &data[o..o + 30_000],
+                "job {i}"
+            );
+        }
+        // Past the end of the file, and a slice bigger than the buffer: errors, no hang.
+        let bad = |offset, len| Job {
+            offset,
+            len,
+            dst: dst.clone(),
+            at: 0,
+        };
+        let e = loader.load(vec![bad(999_000, 30_000)]).unwrap_err();
+        assert!(e.to_string().contains("read 30000 at 999000"), "{e}");
+        let e = loader.load(vec![bad(0, 100_000)]).unwrap_err();
+        assert!(e.to_string().contains("> buffer"), "{e}");
+        // Still serving after the errors.
+        loader.load(Vec::new()).unwrap();
+    }
+}
