@@ -143,6 +143,35 @@ fn lookahead_changes_reads_not_results() {
         2,
         "--ssd-streaming",
     );
+    // The RAM tier is off on the host backend (device memory is RAM): a note, same results.
+    let o = ds4()
+        .args([
+            "-m",
+            m,
+            "-n",
+            "3",
+            "--json",
+            "--ssd-streaming",
+            "--ram-streaming-cache-experts",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is off on host"));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.get("ram_tier").is_none(), "{v}");
+    fails_with(
+        &[
+            "-m",
+            m,
+            "--ssd-streaming",
+            "--ram-streaming-cache-experts",
+            "2x",
+        ],
+        2,
+        "--ram-streaming-cache-experts",
+    );
     // The C engine's pattern is a GPU comparison, and not with the lookahead.
     fails_with(
         &[

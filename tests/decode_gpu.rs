@@ -66,6 +66,7 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
         for extra in [
             "--ssd-streaming-lookahead",
             "--ssd-streaming-c-engine-pattern",
+            "--ram-streaming-cache-experts=64",
         ] {
             let mut x = s.clone();
             x.push(extra);
@@ -75,6 +76,23 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
                 let la = &w["lookahead"];
                 assert!(la["predicted"].as_u64().unwrap() > 0, "{la}");
                 assert!(la["used"].as_u64() <= la["predicted"].as_u64(), "{la}");
+            } else if extra.starts_with("--ram") {
+                // One RAM lookup per device miss; the RAM tier holds 64 experts.
+                let r = &w["ram_tier"];
+                assert_eq!(r["experts"], 64, "{r}");
+                let c = &r["cache"];
+                let lookups = c["hits"].as_u64().unwrap() + c["misses"].as_u64().unwrap();
+                assert_eq!(
+                    lookups,
+                    w["cache"]["stats"]["misses"].as_u64().unwrap(),
+                    "{w}"
+                );
+                assert_eq!(
+                    r["copies"],
+                    c["hits"].as_u64().unwrap() + c["fills_done"].as_u64().unwrap(),
+                    "{r}"
+                );
+                eprintln!("ram tier ({slots}, {policy}): {r}");
             } else {
                 assert_eq!(w["prefetched_hash_experts"], 0, "{w}");
             }
@@ -85,4 +103,43 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
             v["tokens_per_s"].as_f64().unwrap()
         );
     }
+}
+
+/// `CudaDevice::copy_d2d_async` (the RAM tier's copy): mapped host memory → device memory is
+/// byte exact, and both ranges are leased while the copy runs.
+#[test]
+fn mapped_to_device_copies_are_byte_exact() {
+    use ds4_stream::device::cuda::{CudaConfig, CudaDevice};
+    use ds4_stream::device::Device;
+    use std::sync::Arc;
+    let dev = match CudaDevice::new(CudaConfig::default()) {
+        Ok(d) => d,
+        Err(e) => {
+            engine_util::skip_or_fail("cuda", &e.to_string());
+            return;
+        }
+    };
+    let n = 3 << 20;
+    let ram = Arc::new(dev.alloc_mapped(n).unwrap());
+    assert!(ram.host_visible());
+    let data: Vec<u8> = (0..n).map(|i| (i * 31 + i / 4093) as u8).collect();
+    let mut pinned = dev.alloc_pinned(n).unwrap();
+    pinned.as_mut_slice().unwrap()[..n].copy_from_slice(&data);
+    dev.copy_h2d_async(&mut pinned, 0, &ram, 0, n).unwrap();
+    pinned.wait().unwrap();
+    let gpu = Arc::new(dev.alloc(2 * n).unwrap());
+    let ev = dev.copy_d2d_async(&ram, 1000, &gpu, n, n - 1000).unwrap();
+    ev.wait().unwrap();
+    let mut back = vec![0u8; n - 1000];
+    dev.read_d2h(&gpu, n, &mut back).unwrap();
+    assert_eq!(back, data[1000..]);
+    // A leased source range: Busy, nothing copied.
+    let lease = ram.lease_write(0, 4096).unwrap();
+    let e = dev.copy_d2d_async(&ram, 0, &gpu, 0, 8192).unwrap_err();
+    assert!(e.to_string().contains("being written"), "{e}");
+    drop(lease);
+    dev.copy_d2d_async(&ram, 0, &gpu, 0, 8192)
+        .unwrap()
+        .wait()
+        .unwrap();
 }

@@ -101,6 +101,7 @@ pub(super) fn at_run_start(
     (file, model): (&GgufFile, &Ds4Model),
     streaming: bool,
     cache_flag: Option<&str>,
+    ram_tier: u64,
     json: bool,
 ) -> Result<Option<Plan>, CliError> {
     let Ok(Some(mem)) = device.memory_info() else {
@@ -119,7 +120,7 @@ pub(super) fn at_run_start(
         prefill_chunk: 4096,
         streaming,
         cache,
-        ram_tier: 0,
+        ram_tier,
         simulate_used: 0,
         staging_bytes: staging_bytes(),
         model: sizes(file, model),

@@ -43,6 +43,17 @@ pub struct Args {
     /// what a quarter of the available memory holds.
     #[arg(long, value_name = "N|SIZE")]
     pub ssd_streaming_cache_experts: Option<String>,
+    /// RAM tier: experts kept in pinned host RAM under the device cache (N experts, or a
+    /// budget like 32GB); a device miss that hits it is copied at link speed instead of read
+    /// from the file. GPU backends with their own memory; off (with a note) on the host
+    /// backend and unified-memory devices, where device memory is RAM.
+    #[arg(
+        long,
+        value_name = "N|SIZE",
+        requires = "ssd_streaming",
+        conflicts_with = "ssd_streaming_c_engine_pattern"
+    )]
+    pub ram_streaming_cache_experts: Option<String>,
     /// Cold streaming: unbuffered reads (no page cache), no preload.
     #[arg(long)]
     pub ssd_streaming_cold: bool,
@@ -283,6 +294,46 @@ fn cache_slots(
     ))
 }
 
+/// `--ram-streaming-cache-experts`: (slots, how), or `None` without the flag or where device
+/// memory is RAM already (a note says so).
+fn ram_slots(
+    a: &Args,
+    model: &Ds4Model,
+    device: &dyn Device,
+) -> Result<Option<(usize, String)>, CliError> {
+    use crate::plan::CacheRequest::{Bytes, Experts};
+    let Some(flag) = a.ram_streaming_cache_experts.as_deref() else {
+        return Ok(None);
+    };
+    let total = model.n_routed_experts();
+    let eb = model.layers.first().map_or(1, |l| l.expert_bytes()).max(1);
+    let (n, how) = match crate::plan::parse_cache_flag(flag)
+        .map_err(|e| CliError::bad_input(format!("--ram-streaming-cache-experts: {e}")))?
+    {
+        Experts(n) => (n, format!("--ram-streaming-cache-experts {n}")),
+        Bytes(b) => (
+            b / eb,
+            format!("budget {} / {eb} B per expert", flag.trim()),
+        ),
+        crate::plan::CacheRequest::Auto => return Ok(None),
+    };
+    if device.unified_memory() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: --ram-streaming-cache-experts is off on {}: its device memory is host RAM already",
+            device.name()
+        );
+        return Ok(None);
+    }
+    let k = model.shape.n_expert_used;
+    if n < k {
+        return Err(CliError::bad_input(format!(
+            "--ram-streaming-cache-experts {flag}: {n} experts is smaller than one layer's {k}"
+        )));
+    }
+    Ok(Some((n.min(total) as usize, how)))
+}
+
 /// The experts to preload: the most used of `--ssd-streaming-popularity` (none without it, or
 /// with `--ssd-streaming-cold`).
 fn preload_keys(
@@ -444,12 +495,17 @@ pub fn run(a: Args) -> CliResult {
     };
     let (device, cuda) = open_device(a.backend)?;
     let backend = device.kind();
+    let ram = ram_slots(&a, &model, device.as_ref())?;
+    let ram_bytes = ram.as_ref().map_or(0, |r| {
+        r.0 as u64 * model.layers.first().map_or(0, |l| l.expert_bytes())
+    });
     // The memory plan, before any allocation, where the backend knows its device memory.
     let plan = super::plan::at_run_start(
         device.as_ref(),
         (&file, &model),
         a.ssd_streaming,
         a.ssd_streaming_cache_experts.as_deref(),
+        ram_bytes,
         a.json,
     )?;
     let engine = Engine::open(&path, device, cfg).map_err(|e| CliError::runtime(chain(&e)))?;
@@ -492,6 +548,9 @@ pub fn run(a: Args) -> CliResult {
             .with_lookahead(a.ssd_streaming_lookahead);
             if a.ssd_streaming_c_engine_pattern {
                 c = c.with_c_engine_pattern(&path).map_err(bad)?;
+            }
+            if let Some((n, _)) = &ram {
+                c = c.with_ram_tier(*n, policy).map_err(bad)?;
             }
             if a.ssd_streaming {
                 c = c
@@ -698,6 +757,9 @@ fn report(
             v["fetch_p99_us"] = st.fetch_p99_us.into();
             v["prefetched_hash_experts"] = st.prefetched.into();
             v["read_pattern"] = read_pattern(a).into();
+            if let Some(r) = &st.ram {
+                v["ram_tier"] = serde_json::to_value(r).unwrap_or_default();
+            }
             if a.ssd_streaming_lookahead {
                 v["lookahead"] = serde_json::json!({
                     "predicted": st.lookahead_predicted,
@@ -740,6 +802,18 @@ fn report(
         );
         if a.ssd_streaming_c_engine_pattern {
             let _ = writeln!(t, "misses read by the {}", read_pattern(a));
+        }
+        if let Some(r) = &st.ram {
+            let _ = writeln!(
+                t,
+                "RAM tier: {} experts ({:.2} GiB pinned host memory): hit rate {:.1}% of device misses ({} copied from RAM, {} read from the file into it), {} evictions",
+                r.experts,
+                r.bytes as f64 / (1u64 << 30) as f64,
+                r.cache.hit_rate() * 100.0,
+                r.cache.hits,
+                r.cache.misses,
+                r.cache.evictions
+            );
         }
         if a.ssd_streaming_lookahead {
             let _ = writeln!(

@@ -61,6 +61,20 @@ pub struct FetchStats {
     pub lookahead_predicted: u64,
     pub lookahead_used: u64,
     pub lookahead_reads: u64,
+    /// The RAM tier under the device cache (`--ram-streaming-cache-experts`), when there is one.
+    pub ram: Option<RamTierStats>,
+}
+
+/// What a run reports about the RAM tier.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct RamTierStats {
+    pub experts: usize,
+    pub bytes: u64,
+    /// Its lookups, one per device miss: hits (copied from RAM), misses (read from the file
+    /// into RAM, then copied).
+    pub cache: CacheStats,
+    /// Experts copied RAM → device.
+    pub copies: u64,
 }
 
 /// Gives the stack each layer's experts.
@@ -516,6 +530,7 @@ impl ExpertProvider for StreamedExperts<'_> {
             lookahead_predicted: self.lookahead[0],
             lookahead_used: self.lookahead[1],
             lookahead_reads: self.lookahead[2],
+            ram: None,
         }
     }
 }

@@ -31,7 +31,9 @@ mod weights;
 #[cfg(feature = "cuda")]
 pub use cuda::CudaMoe;
 pub use error::DecodeError;
-pub use experts::{ExpertData, ExpertProvider, FetchStats, ResidentExperts, StreamedExperts};
+pub use experts::{
+    ExpertData, ExpertProvider, FetchStats, RamTierStats, ResidentExperts, StreamedExperts,
+};
 pub use popularity::{checked_key, most_used, parse_popularity};
 pub use stack::{digest_hex, MoeStack, TokenTrace};
 pub use weights::{MoeParams, MoeWeights};

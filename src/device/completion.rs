@@ -98,7 +98,7 @@ unsafe impl EventImpl for Completion {
 /// One queued operation in the completion thread's queue.
 struct Job {
     raw: Option<Box<dyn RawEvent>>,
-    lease: Option<Arc<WriteLease>>,
+    leases: Vec<Arc<WriteLease>>,
     done: Arc<Completion>,
 }
 
@@ -109,8 +109,8 @@ impl Job {
             Some(raw) => raw.wait().map_err(|e| e.to_string()),
             None => Ok(()),
         };
-        // Order matters: the lease goes before anyone can see the completion.
-        self.lease = None;
+        // Order matters: the leases go before anyone can see the completion.
+        self.leases.clear();
         self.raw = None;
         self.done.set(r);
     }
@@ -180,10 +180,20 @@ impl Completer {
     /// holds; returns the event that completes after both are released. If the thread is gone,
     /// finishes the job here (waits) so nothing completes early.
     pub(crate) fn track(&self, raw: Box<dyn RawEvent>, lease: Option<Arc<WriteLease>>) -> Event {
+        self.track_leases(raw, lease.into_iter().collect())
+    }
+
+    /// [`Self::track`] for an operation that holds several ranges (a device-to-device copy
+    /// holds its source and its destination).
+    pub(crate) fn track_leases(
+        &self,
+        raw: Box<dyn RawEvent>,
+        leases: Vec<Arc<WriteLease>>,
+    ) -> Event {
         let done = Completion::new(self.backend);
         let job = Job {
             raw: Some(raw),
-            lease,
+            leases,
             done: done.clone(),
         };
         if let Some(tx) = &self.tx {
@@ -199,7 +209,7 @@ impl Completer {
         let done = Completion::new(self.backend);
         let job = Job {
             raw: None,
-            lease: None,
+            leases: Vec::new(),
             done: done.clone(),
         };
         if let Some(tx) = &self.tx {

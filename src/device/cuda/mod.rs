@@ -27,7 +27,7 @@ use super::buffer::{
     DeferredErrors, DeviceBuffer, DeviceMemory, PinnedBuf, PinnedMemory, WriteLease,
 };
 use super::completion::{Completer, RawEvent};
-use super::{check_range, BackendKind, Device, DeviceError, MemInfo, PINNED_ALIGN};
+use super::{check_range, BackendKind, Device, DeviceError, Event, MemInfo, PINNED_ALIGN};
 use api::{check, void, Ctx};
 use cudarc::driver::sys::{self, CUresult};
 use std::alloc::Layout;
@@ -107,6 +107,82 @@ impl CudaDevice {
     /// True when the GPU shares memory with the CPU (what `unified` defaults to).
     pub fn integrated(&self) -> bool {
         self.integrated
+    }
+
+    /// Mapped pinned host memory with a device address (`cuMemHostAlloc` DEVICEMAP): host
+    /// visible, so the engine reads straight into it, and a source for
+    /// [`Self::copy_d2d_async`] at link speed. The expert RAM tier's slab. Zeroed.
+    pub fn alloc_mapped(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
+        self.ctx.bind()?;
+        let mem = self.mapped(len, "mapped host memory")?;
+        self.zeroed(mem)
+    }
+
+    /// Queues a copy of `src[src_offset..+len]` to `dst[dst_offset..]` on the copy stream
+    /// (device memory or mapped host memory on either side) and returns its event. Both ranges
+    /// are write-leased (the source too: nothing may change it mid-copy) until the copy has
+    /// run; [`DeviceError::Busy`] when either is leased now. Kernels launched later wait for
+    /// it on the GPU (every launch waits for the copies issued before it).
+    pub fn copy_d2d_async(
+        &self,
+        src: &Arc<DeviceBuffer>,
+        src_offset: usize,
+        dst: &Arc<DeviceBuffer>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<Event, DeviceError> {
+        let (s, d) = (self.ours(src)?, self.ours(dst)?);
+        let ls = Arc::new(src.lease_write(src_offset, len)?);
+        let ld = Arc::new(dst.lease_write(dst_offset, len)?);
+        self.ctx.bind()?;
+        if len > 0 {
+            // SAFETY: both ranges lie in live allocations of this context (checked by the
+            // leases, which keep them alive and exclusive until the completion thread has seen
+            // the copy finish); device addresses of mapped memory are valid in this context.
+            let r = unsafe {
+                sys::cuMemcpyDtoDAsync_v2(d.at(dst_offset), s.at(src_offset), len, self.stream.raw)
+            };
+            check(r, "cuMemcpyDtoDAsync")?;
+        }
+        let ev = self.stream.record()?;
+        Ok(self.done.track_leases(Box::new(ev), vec![ls, ld]))
+    }
+
+    /// `len` bytes of mapped pinned host memory (the context is current).
+    fn mapped(&self, len: usize, what: &'static str) -> Result<CudaMemory, DeviceError> {
+        let size = len.max(1).next_multiple_of(PINNED_ALIGN);
+        let mut p = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: writes one pointer; the context is current.
+        let r = unsafe { sys::cuMemHostAlloc(&mut p, size, flags) };
+        alloc_check(r, "cuMemHostAlloc", size, what)?;
+        let mut d: sys::CUdeviceptr = 0;
+        // SAFETY: `p` is mapped pinned memory we just allocated.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0) };
+        if let Err(e) = check(r, "cuMemHostGetDevicePointer") {
+            // SAFETY: frees what we just allocated.
+            unsafe { sys::cuMemFreeHost(p) };
+            return Err(e);
+        }
+        Ok(CudaMemory {
+            ctx: self.ctx.clone(),
+            dptr: d,
+            len,
+            host: NonNull::new(p.cast::<u8>()),
+            owned: true,
+        })
+    }
+
+    /// Zeroes a new allocation (like the host backend's: tests and callers may rely on it):
+    /// one memset on the stream, waited for here (allocation is the slow path anyway).
+    fn zeroed(&self, mem: CudaMemory) -> Result<DeviceBuffer, DeviceError> {
+        if mem.len > 0 {
+            // SAFETY: `len` bytes of memory we just allocated; the context is current.
+            let r = unsafe { sys::cuMemsetD8Async(mem.dptr, 0, mem.len, self.stream.raw) };
+            check(r, "cuMemsetD8Async")?;
+            self.stream.synchronize()?;
+        }
+        Ok(DeviceBuffer::from_memory(Box::new(mem)))
     }
 
     fn ours<'a>(&self, buf: &'a DeviceBuffer) -> Result<&'a CudaMemory, DeviceError> {
@@ -421,27 +497,7 @@ impl Device for CudaDevice {
     fn alloc(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
         self.ctx.bind()?;
         let mem = if self.unified {
-            let size = len.max(1).next_multiple_of(PINNED_ALIGN);
-            let mut p = std::ptr::null_mut();
-            let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-            // SAFETY: writes one pointer; the context is current.
-            let r = unsafe { sys::cuMemHostAlloc(&mut p, size, flags) };
-            alloc_check(r, "cuMemHostAlloc", size, "mapped device memory")?;
-            let mut d: sys::CUdeviceptr = 0;
-            // SAFETY: `p` is mapped pinned memory we just allocated.
-            let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut d, p, 0) };
-            if let Err(e) = check(r, "cuMemHostGetDevicePointer") {
-                // SAFETY: frees what we just allocated.
-                unsafe { sys::cuMemFreeHost(p) };
-                return Err(e);
-            }
-            CudaMemory {
-                ctx: self.ctx.clone(),
-                dptr: d,
-                len,
-                host: NonNull::new(p.cast::<u8>()),
-                owned: true,
-            }
+            self.mapped(len, "mapped device memory")?
         } else {
             let mut d: sys::CUdeviceptr = 0;
             if len > 0 {
@@ -457,15 +513,7 @@ impl Device for CudaDevice {
                 owned: true,
             }
         };
-        if len > 0 {
-            // Zeroed like the host backend's (tests and callers may rely on it): one memset on
-            // the stream, waited for here (allocation is the slow path anyway).
-            // SAFETY: `len` bytes of memory we just allocated; the context is current.
-            let r = unsafe { sys::cuMemsetD8Async(mem.dptr, 0, len, self.stream.raw) };
-            check(r, "cuMemsetD8Async")?;
-            self.stream.synchronize()?;
-        }
-        Ok(DeviceBuffer::from_memory(Box::new(mem)))
+        self.zeroed(mem)
     }
 
     fn copy_h2d_leased(

@@ -24,19 +24,24 @@
 //! no RAM tier; every kernel waits on the GPU for the copies issued before its launch (the
 //! device's ordering contract), not only for its own expert's.
 
-use super::c_pattern::{CPatternLoader, Job, C_ENGINE_WORKERS};
+mod fetch;
+mod ram_tier;
+
+use super::c_pattern::CPatternLoader;
 use super::{DecodeError, FetchStats, MoeWeights, TokenTrace};
 use crate::compute::f16::f16_to_f32;
 use crate::device::cuda::CudaDevice;
 use crate::device::{Device, DeviceBuffer, DeviceError, PinnedBuf};
-use crate::engine::{Engine, EngineError, ReadRequest, Ticket};
-use crate::expert_cache::{CacheError, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId};
+use crate::engine::{Engine, ReadRequest};
+use crate::expert_cache::{ExpertCache, ExpertKey, PolicyKind, SlotId};
 use crate::gguf::GgmlType;
 use crate::model::{Ds4Model, ExpertKind};
+use fetch::Pending;
 use hdrhistogram::Histogram;
+use ram_tier::RamTier;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn dev_err(what: &str) -> impl FnOnce(DeviceError) -> DecodeError + '_ {
     move |e| DecodeError::Cache(format!("cuda {what}: {e}"))
@@ -104,26 +109,8 @@ pub struct CudaMoe<'a> {
     spec_lookups: [u64; 4],
     /// `--ssd-streaming-c-engine-pattern`: misses read by the C engine's pattern instead.
     c_pattern: Option<CPatternLoader>,
-}
-
-/// One slice of an expert: file offset, length, offset in the slab.
-type SliceAt = (u64, usize, usize);
-
-/// A miss being read into its slot: gate and up in one ticket, down in a second one queued
-/// after every gate/up of the same request (`down_at`: file offset, length, slab offset, for
-/// when queueing it failed and [`CudaMoe::ready`] must).
-struct Pending {
-    gate_up: Ticket,
-    down: Option<Ticket>,
-    down_at: SliceAt,
-    key: ExpertKey,
-    since: Instant,
-}
-
-impl Pending {
-    fn is_done(&self) -> bool {
-        self.gate_up.is_done() && self.down.as_ref().is_some_and(Ticket::is_done)
-    }
+    /// `--ram-streaming-cache-experts`: experts in pinned host RAM under the device cache.
+    ram: Option<RamTier>,
 }
 
 /// One allocation step of [`CudaMoe`], measured: the bytes asked for and the drop of the
@@ -162,13 +149,6 @@ fn upload(dev: &CudaDevice, bytes: &[u8]) -> Result<Arc<DeviceBuffer>, DecodeErr
         p.wait().map_err(dev_err("upload"))?;
     }
     Ok(buf)
-}
-
-fn read_err(key: ExpertKey) -> impl FnOnce(EngineError) -> DecodeError {
-    move |source| DecodeError::Read {
-        what: format!("expert {} of layer {}", key.expert, key.layer),
-        source,
-    }
 }
 
 fn f32s(b: &[u8]) -> Vec<f32> {
@@ -309,6 +289,7 @@ impl<'a> CudaMoe<'a> {
             spec: [0; 3],
             spec_lookups: [0; 4],
             c_pattern: None,
+            ram: None,
         };
         if slots.is_none() {
             // Resident: every expert read now, layer by layer.
@@ -325,233 +306,6 @@ impl<'a> CudaMoe<'a> {
             me.bytes_streamed = 0;
         }
         Ok(me)
-    }
-
-    /// Looks up experts `ids` of `layer`, queueing reads for the misses (into their slots).
-    /// Returns the slots in order. A prefetch stops when the cache is full.
-    fn request(
-        &mut self,
-        layer: usize,
-        ids: &[u32],
-        prefetch: bool,
-    ) -> Result<Vec<SlotId>, DecodeError> {
-        let mut out = Vec::with_capacity(ids.len());
-        let mut missed = Vec::new();
-        let mut c_jobs = Vec::new();
-        for &e in ids {
-            let key = ExpertKey::new(layer as u16, e as u16);
-            let found = match self.cache.lookup(key) {
-                Err(CacheError::Full { .. }) if prefetch => break,
-                Err(CacheError::Full { .. }) => {
-                    let keep = out.clone();
-                    let others: Vec<SlotId> = self
-                        .pending
-                        .keys()
-                        .copied()
-                        .filter(|s| !keep.contains(s))
-                        .collect();
-                    for s in others {
-                        self.ready(s)?;
-                    }
-                    self.cache.lookup(key)
-                }
-                r => r,
-            };
-            match found.map_err(|e| DecodeError::Cache(e.to_string()))? {
-                Lookup::Hit(s) | Lookup::Loading(s) => out.push(s),
-                Lookup::Miss { slot, .. } => {
-                    let mut at: [SliceAt; 3] = [(0, 0, 0); 3];
-                    for (i, kind) in [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
-                        .into_iter()
-                        .enumerate()
-                    {
-                        let sl = self
-                            .model
-                            .expert_slice(layer as u64, kind, e as u64)
-                            .map_err(|err| DecodeError::Cache(err.to_string()))?;
-                        let dst = slot as usize * self.expert_bytes + self.parts[i].0;
-                        at[i] = (sl.offset, sl.len as usize, dst);
-                    }
-                    if self.c_pattern.is_some() && !prefetch {
-                        c_jobs.push((slot, at));
-                        self.bytes_streamed += self.expert_bytes as u64;
-                        out.push(slot);
-                        continue;
-                    }
-                    let reqs = at[..2]
-                        .iter()
-                        .map(|&(o, l, d)| ReadRequest::new(o, l, self.slab.clone(), d))
-                        .collect();
-                    let gate_up = self.engine.submit(reqs).map_err(read_err(key))?;
-                    self.bytes_streamed += self.expert_bytes as u64;
-                    self.pending.insert(
-                        slot,
-                        Pending {
-                            gate_up,
-                            down: None,
-                            down_at: at[2],
-                            key,
-                            since: Instant::now(),
-                        },
-                    );
-                    missed.push(slot);
-                    out.push(slot);
-                }
-            }
-        }
-        // Every miss's gate and up are queued; now the downs (needed last by each expert).
-        for s in missed {
-            self.queue_down(s)?;
-        }
-        if !c_jobs.is_empty() {
-            self.c_load(c_jobs)?;
-        }
-        Ok(out)
-    }
-
-    /// The C engine's pattern: one job per slice on its 18 workers, and the layer waits for
-    /// all of them before anything computes.
-    fn c_load(&mut self, misses: Vec<(SlotId, [SliceAt; 3])>) -> Result<(), DecodeError> {
-        let Some(loader) = &self.c_pattern else {
-            return Ok(());
-        };
-        let jobs = misses
-            .iter()
-            .flat_map(|(_, at)| at.iter())
-            .map(|&(offset, len, at)| Job {
-                offset,
-                len,
-                dst: self.slab.clone(),
-                at,
-            })
-            .collect();
-        let t0 = Instant::now();
-        let r = loader.load(jobs);
-        let took = t0.elapsed();
-        self.stall += took;
-        for (slot, _) in &misses {
-            if r.is_ok() {
-                self.cache
-                    .fill_done(*slot)
-                    .map_err(|e| DecodeError::Cache(e.to_string()))?;
-                let _ = self.hist.record((took.as_micros() as u64).max(1));
-            } else {
-                let _ = self.cache.fill_failed(*slot);
-            }
-        }
-        r
-    }
-
-    /// Misses are read with the C engine's streaming pattern, re-implemented
-    /// ([`super::c_pattern`]): 18 workers, one job per slice, buffered pread → copy → sync →
-    /// fadvise(DONTNEED), a rendezvous per layer; no hash-layer prefetch at token start (the
-    /// caller also picks LRU and no lookahead). For same-run comparisons only.
-    pub fn with_c_engine_pattern(mut self, path: &std::path::Path) -> Result<Self, DecodeError> {
-        let max = self.parts.iter().map(|p| p.1).max().unwrap_or(0);
-        let dev: Arc<dyn Device> = self.dev.clone();
-        self.c_pattern = Some(CPatternLoader::new(path, dev, C_ENGINE_WORKERS, max)?);
-        Ok(self)
-    }
-
-    /// Queues the down read of pending `slot` (if not queued yet).
-    fn queue_down(&mut self, slot: SlotId) -> Result<(), DecodeError> {
-        let slab = self.slab.clone();
-        let engine = self.engine;
-        if let Some(p) = self.pending.get_mut(&slot).filter(|p| p.down.is_none()) {
-            let (o, l, d) = p.down_at;
-            let t = engine
-                .submit(vec![ReadRequest::new(o, l, slab, d)])
-                .map_err(read_err(p.key))?;
-            p.down = Some(t);
-        }
-        Ok(())
-    }
-
-    /// Waits until `slot`'s bytes are in device memory (no-op for a resident slot).
-    fn ready(&mut self, slot: SlotId) -> Result<(), DecodeError> {
-        if let Err(e) = self.queue_down(slot) {
-            self.pending.remove(&slot);
-            let _ = self.cache.fill_failed(slot);
-            return Err(e);
-        }
-        let Some(p) = self.pending.remove(&slot) else {
-            return Ok(());
-        };
-        let (since, key) = (p.since, p.key);
-        let t0 = Instant::now();
-        let r = p.gate_up.wait().and(match p.down {
-            Some(d) => d.wait(),
-            None => Ok(()),
-        });
-        self.stall += t0.elapsed();
-        match r {
-            Ok(()) => {
-                let _ = self
-                    .hist
-                    .record((since.elapsed().as_micros() as u64).max(1));
-                self.cache
-                    .fill_done(slot)
-                    .map_err(|e| DecodeError::Cache(e.to_string()))
-            }
-            Err(source) => {
-                let _ = self.cache.fill_failed(slot);
-                Err(read_err(key)(source))
-            }
-        }
-    }
-
-    fn is_pending(&self, slot: SlotId) -> bool {
-        self.pending.contains_key(&slot)
-    }
-
-    /// Completes the reads whose bytes have all arrived (no waiting): their slots become
-    /// resident instead of loading. A failed one is dropped from the cache (read again if
-    /// asked for); the error itself belongs to the layer that asks.
-    fn harvest(&mut self) {
-        let done: Vec<SlotId> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.is_done())
-            .map(|(s, _)| *s)
-            .collect();
-        for s in done {
-            let stall = self.stall;
-            let _ = self.ready(s);
-            self.stall = stall; // nothing waited
-        }
-    }
-
-    /// Speculative lookahead (`--ssd-streaming-lookahead`), as on the host stack
-    /// ([`super::MoeStack::with_lookahead`]): the next router-routed layer's router runs on
-    /// this layer's input, and the experts it picks start reading (after this layer's demand
-    /// reads, into free slots only) while this layer computes. Results do not change.
-    pub fn with_lookahead(mut self, on: bool) -> Self {
-        self.lookahead = on;
-        self
-    }
-
-    /// Starts reads of the guessed experts of `layer` (a prefetch: stops at a full cache); its
-    /// lookups stay out of the reported hit rate.
-    fn speculate(&mut self, layer: usize, ids: &[u32]) -> Result<(), DecodeError> {
-        if self.full.as_ref().is_some_and(|f| layer < f.1) {
-            return Ok(());
-        }
-        let before = self.pending.len();
-        let c0 = self.cache.stats();
-        self.request(layer, ids, true)?;
-        let c1 = self.cache.stats();
-        for (acc, (a, b)) in self.spec_lookups.iter_mut().zip([
-            (c1.hits, c0.hits),
-            (c1.dedup_hits, c0.dedup_hits),
-            (c1.misses, c0.misses),
-            (c1.full, c0.full),
-        ]) {
-            *acc += a - b;
-        }
-        self.spec[0] += ids.len() as u64;
-        self.spec[2] += self.pending.len().saturating_sub(before) as u64;
-        self.guess = Some((layer, ids.to_vec()));
-        Ok(())
     }
 
     /// gate/up matvecs, SwiGLU-clamp, down matvec of the expert in `slot` into `out`.
@@ -829,6 +583,9 @@ impl<'a> CudaMoe<'a> {
             // loading is evictable again.
             self.harvest();
             self.cache.unpin_all();
+            if let Some(r) = self.ram.as_mut() {
+                r.cache.unpin_all();
+            }
             trace.push(TokenTrace {
                 layer: l,
                 experts: ids,
@@ -857,6 +614,7 @@ impl<'a> CudaMoe<'a> {
             fetch_p99_us: self.hist.value_at_quantile(0.99),
             fetch_max_us: self.hist.max(),
             prefetched: self.prefetched,
+            ram: self.ram.as_ref().map(RamTier::stats),
             lookahead_predicted: self.spec[0],
             lookahead_used: self.spec[1],
             lookahead_reads: self.spec[2],
