@@ -119,7 +119,8 @@ impl CudaDevice {
     }
 
     /// Queues a copy of `src[src_offset..+len]` to `dst[dst_offset..]` on the copy stream
-    /// (device memory or mapped host memory on either side) and returns its event. Both ranges
+    /// (device memory or mapped host memory on either side; a mapped source goes through the
+    /// host-to-device DMA path) and returns its event. Both ranges
     /// are write-leased (the source too: nothing may change it mid-copy) until the copy has
     /// run; [`DeviceError::Busy`] when either is leased now. Kernels launched later wait for
     /// it on the GPU (every launch waits for the copies issued before it).
@@ -136,13 +137,29 @@ impl CudaDevice {
         let ld = Arc::new(dst.lease_write(dst_offset, len)?);
         self.ctx.bind()?;
         if len > 0 {
+            // Pinned host memory as the source: the host-to-device DMA path (the canonical
+            // fast one); device memory: device to device.
             // SAFETY: both ranges lie in live allocations of this context (checked by the
             // leases, which keep them alive and exclusive until the completion thread has seen
-            // the copy finish); device addresses of mapped memory are valid in this context.
+            // the copy finish); a mapped source is pinned, valid for `len` bytes from its host
+            // address, and device addresses of mapped memory are valid in this context.
             let r = unsafe {
-                sys::cuMemcpyDtoDAsync_v2(d.at(dst_offset), s.at(src_offset), len, self.stream.raw)
+                match s.host {
+                    Some(h) => sys::cuMemcpyHtoDAsync_v2(
+                        d.at(dst_offset),
+                        void(h.as_ptr().add(src_offset)),
+                        len,
+                        self.stream.raw,
+                    ),
+                    None => sys::cuMemcpyDtoDAsync_v2(
+                        d.at(dst_offset),
+                        s.at(src_offset),
+                        len,
+                        self.stream.raw,
+                    ),
+                }
             };
-            check(r, "cuMemcpyDtoDAsync")?;
+            check(r, "cuMemcpyHtoDAsync / cuMemcpyDtoDAsync")?;
         }
         let ev = self.stream.record()?;
         Ok(self.done.track_leases(Box::new(ev), vec![ls, ld]))
