@@ -19,10 +19,10 @@ fn same_seed_same_file_and_summary() {
     gen_model(&b, &["--scale", "tiny", "--seed", "5"]);
     gen_model(&c, &["--scale", "tiny", "--seed", "6"]);
     assert!(
-        line.starts_with(&format!("wrote {}: 116 tensors, ", a.display())),
+        line.starts_with(&format!("wrote {}: 178 tensors, ", a.display())),
         "{line}"
     );
-    assert!(line.contains("4 layers x 16 experts of 55,296 B"), "{line}");
+    assert!(line.contains("6 layers x 16 experts of 55,296 B"), "{line}");
     let (fa, fb, fc) = (
         std::fs::read(&a).unwrap(),
         std::fs::read(&b).unwrap(),
@@ -115,8 +115,8 @@ fn bad_arguments_exit_2() {
     let p = p.to_str().unwrap();
     for (args, msg) in [
         (
-            vec!["--scale", "tiny", "--fill-layers", "4"],
-            "fill layer 4 does not exist",
+            vec!["--scale", "tiny", "--fill-layers", "6"],
+            "fill layer 6 does not exist",
         ),
         (
             vec!["--scale", "tiny", "--holes", "all", "--fill-layers", "x"],
@@ -129,7 +129,7 @@ fn bad_arguments_exit_2() {
         ),
         (
             vec!["--scale", "tiny", "--layers", "0"],
-            "--layers 0 is outside 1..=4 (scale tiny has 4 layers)",
+            "--layers 0 is outside 1..=6 (scale tiny has 6 layers)",
         ),
         (
             vec!["--scale", "demo", "--layers", "11"],

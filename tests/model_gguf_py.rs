@@ -77,7 +77,7 @@ fn gguf_py_written_ds4_files_map_correctly() {
         let f = gguf::parse_file(&path, &Caps::default()).unwrap();
         assert_eq!(f.alignment, alignment);
         let m = Ds4Model::from_gguf(&f).unwrap();
-        assert_eq!(m.layers.len(), 4);
+        assert_eq!(m.layers.len(), 6);
         let py: std::collections::HashMap<&str, &Json> = j["tensors"]
             .as_array()
             .unwrap()

@@ -196,8 +196,8 @@ fn a_failed_read_fails_its_holders_and_a_later_acquire_reads_again() {
 fn bad_layers_and_experts_are_named() {
     let (_d, path, model) = tiny();
     let s = store(&path, &model, devices().remove(0), 6);
-    let e = s.acquire(4, &[0], None).unwrap_err().to_string();
-    assert!(e.contains("layer 4") && e.contains("4 layers"), "{e}");
+    let e = s.acquire(6, &[0], None).unwrap_err().to_string();
+    assert!(e.contains("layer 6") && e.contains("6 layers"), "{e}");
     let e = s.acquire(0, &[1, 16], None).unwrap_err().to_string();
     assert!(e.contains("expert 16") && e.contains("16 experts"), "{e}");
     let e = s.prefetch(0, &[u32::MAX]).unwrap_err().to_string();

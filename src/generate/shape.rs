@@ -76,6 +76,10 @@ pub struct Shape {
     pub down_type: GgmlType,
     /// `exp_probs_b.bias` on the non-hash layers.
     pub probs_bias: bool,
+    /// `swiglu_clamp_exp` of every layer: 10.0 as in the real file; the tiny model's is lower
+    /// (3.0) so that its random weights reach it (~0.5 % of gate/up values) and the tests
+    /// exercise the clamp.
+    pub swiglu_clamp: f32,
 }
 
 impl Shape {
@@ -110,13 +114,16 @@ impl Shape {
             gate_up_type: GgmlType::IQ2_XXS,
             down_type: GgmlType::Q2_K,
             probs_bias: true,
+            swiglu_clamp: 10.0,
         }
     }
 
     pub fn tiny() -> Self {
         Self {
             name: "tiny",
-            n_layer: 4,
+            // 3 hash layers like the real file, then 3 router-routed ones (the lookahead, the
+            // bias and top-k get layers of their own to run on).
+            n_layer: 6,
             n_hash_layer: 3,
             n_embd: 256,
             n_hc: 4,
@@ -132,6 +139,7 @@ impl Shape {
             idx_heads: 4,
             idx_head_dim: 32,
             context_length: 4096,
+            swiglu_clamp: 3.0,
             ..Self::flash()
         }
     }
@@ -331,7 +339,7 @@ impl Shape {
             ),
             (
                 "swiglu_clamp_exp",
-                Value::Array((0..self.n_layer).map(|_| f(10.0)).collect()),
+                Value::Array((0..self.n_layer).map(|_| f(self.swiglu_clamp)).collect()),
             ),
             ("rope.freq_base", f(10000.0)),
             ("rope.scaling.original_context_length", u(65536)),

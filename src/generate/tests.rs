@@ -17,7 +17,7 @@ fn tiny_file_holds_generator_bytes_at_planned_offsets() {
     assert_eq!(s.hole_bytes, 0);
     assert_eq!(s.written_bytes, layout.tensor_bytes());
     assert!(
-        s.file_len > (2 << 20) && s.file_len < (8 << 20),
+        s.file_len > (2 << 20) && s.file_len < (12 << 20),
         "{}",
         s.file_len
     );
@@ -131,7 +131,7 @@ fn bad_fill_lists_are_rejected() {
     let generator = Generator::new(&Shape::tiny(), 0).unwrap();
     let plan = FillPlan {
         holes: Holes::Experts,
-        fill_layers: vec![4],
+        fill_layers: vec![6],
         fill_experts: None,
     };
     let e = write_model(
@@ -142,7 +142,7 @@ fn bad_fill_lists_are_rejected() {
         &mut |_| {},
     )
     .unwrap_err();
-    assert!(e.to_string().contains("fill layer 4 does not exist"), "{e}");
+    assert!(e.to_string().contains("fill layer 6 does not exist"), "{e}");
     let plan = FillPlan {
         holes: Holes::Experts,
         fill_layers: vec![0],
@@ -597,9 +597,9 @@ fn bad_layer_counts_and_fill_layers_past_them_are_refused() {
         (
             Scale::Tiny,
             0,
-            "--layers 0 is outside 1..=4 (scale tiny has 4 layers)",
+            "--layers 0 is outside 1..=6 (scale tiny has 6 layers)",
         ),
-        (Scale::Tiny, 5, "--layers 5 is outside 1..=4"),
+        (Scale::Tiny, 7, "--layers 7 is outside 1..=6"),
         (Scale::Demo, 11, "--layers 11 is outside 1..=10"),
         (Scale::Flash, 44, "--layers 44 is outside 1..=43"),
     ] {

@@ -177,8 +177,8 @@ fn rejects_metadata_errors() {
     assert!(matches!(err(&f), ModelError::BadValue { .. }));
 
     let mut f = base.clone();
-    set_key(&mut f, "deepseek4.hash_layer_count", Value::U32(5));
-    assert!(err(&f).to_string().contains("exceeds block_count 4"));
+    set_key(&mut f, "deepseek4.hash_layer_count", Value::U32(7));
+    assert!(err(&f).to_string().contains("exceeds block_count 6"));
 }
 
 #[test]
@@ -217,14 +217,14 @@ fn rejects_missing_duplicate_and_stray_tensors() {
     assert!(matches!(err(&f), ModelError::DuplicateTensor { .. }));
 
     let mut f = base.clone();
-    tensor_mut(&mut f, "output_norm.weight").name = "blk.4.ffn_gate_exps.weight".into();
+    tensor_mut(&mut f, "output_norm.weight").name = "blk.6.ffn_gate_exps.weight".into();
     let e = err(&f);
     assert!(
         matches!(
             e,
             ModelError::StrayTensor {
-                layer: 4,
-                n_layer: 4,
+                layer: 6,
+                n_layer: 6,
                 ..
             }
         ),
@@ -233,12 +233,12 @@ fn rejects_missing_duplicate_and_stray_tensors() {
 
     // A non-routed tensor of a layer past block_count is kept as resident.
     let mut f = base.clone();
-    tensor_mut(&mut f, "output_norm.weight").name = "blk.4.attn_norm.weight".into();
+    tensor_mut(&mut f, "output_norm.weight").name = "blk.6.attn_norm.weight".into();
     let m = Ds4Model::from_gguf(&f).unwrap();
     assert!(m
         .resident
         .iter()
-        .any(|t| t.name == "blk.4.attn_norm.weight"));
+        .any(|t| t.name == "blk.6.attn_norm.weight"));
     assert_eq!(
         m.resident_bytes,
         Ds4Model::from_gguf(&base).unwrap().resident_bytes

@@ -2,7 +2,8 @@
 weights dequantised by gguf.quants.dequantize): the oracle of tests/decode_oracle.rs.
 
 usage: moe_oracle.py MODEL.gguf OUT.f32 TOKEN[,TOKEN...]
-Writes n_tokens x E little-endian float32 (token-major), like `ds4 --dump-hidden`.
+Writes n_tokens x E little-endian float32 (token-major), like `ds4 --dump-hidden`, and prints
+`clamped N of M`: how many gate/up values the SwiGLU clamp changed (the tests check it ran).
 """
 import sys
 
@@ -45,9 +46,13 @@ def main():
             cache[key] = dequantize(x.data[e], x.tensor_type).astype(np.float64)
         return cache[key]
 
+    counts = [0, 0]
+
     def ffn(g, u, d, x, c):
         a, b = g @ x, u @ x
         if c > 0:
+            counts[0] += int(np.sum(a > c) + np.sum(np.abs(b) > c))
+            counts[1] += a.size + b.size
             a = np.minimum(a, c)
             b = np.clip(b, -c, c)
         return d @ (a / (1.0 + np.exp(-a)) * b)
@@ -78,6 +83,7 @@ def main():
             h = h + y
         states.append(h.astype(np.float32))
     np.concatenate(states).astype("<f4").tofile(out)
+    print(f"clamped {counts[0]} of {counts[1]}")
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ static void layout(ds4s_handle h, ds4s_layout *l) {
     memset(l, 0, sizeof *l);
     l->struct_size = sizeof *l;
     OK(ds4s_get_layout(h, l));
-    CHECK(l->n_layer == 4 && l->n_expert == 16 && l->n_expert_used == 6 && l->n_hash_layer == 3,
+    CHECK(l->n_layer == 6 && l->n_expert == 16 && l->n_expert_used == 6 && l->n_hash_layer == 3,
           "tiny layout: %u layers, %u experts, K %u", l->n_layer, l->n_expert, l->n_expert_used);
     CHECK(l->file_size == file_len, "file size %llu", (unsigned long long)l->file_size);
     CHECK(l->expert_bytes == l->gate_bytes + l->up_bytes + l->down_bytes, "expert bytes");
@@ -160,7 +160,7 @@ static void layout(ds4s_handle h, ds4s_layout *l) {
     OK(ds4s_expert_slice(h, 3, 2, DS4S_DOWN, &off, &len));
     CHECK(off == t.offset + 2 * l->down_bytes && len == l->down_bytes, "expert slice");
     EXPECT(ds4s_tensor_info(h, "no.such.tensor", &t), DS4S_ERR_NOT_FOUND, "no.such.tensor");
-    EXPECT(ds4s_expert_slice(h, 4, 0, DS4S_GATE, &off, &len), DS4S_ERR_OUT_OF_RANGE, "layer");
+    EXPECT(ds4s_expert_slice(h, 6, 0, DS4S_GATE, &off, &len), DS4S_ERR_OUT_OF_RANGE, "layer");
     EXPECT(ds4s_expert_slice(h, 0, 16, DS4S_GATE, &off, &len), DS4S_ERR_OUT_OF_RANGE, "16");
     EXPECT(ds4s_expert_slice(h, 0, 0, 7, &off, &len), DS4S_ERR_INVALID_ARGUMENT, "kind 7");
     EXPECT(ds4s_expert_slice(h, 0, 0, DS4S_UP, NULL, &len), DS4S_ERR_INVALID_ARGUMENT, "NULL");
