@@ -182,17 +182,33 @@ fn lookahead_changes_reads_not_results() {
         2,
         "--ram-streaming-cache-experts",
     );
-    // The C engine's pattern is a GPU comparison, and not with the lookahead.
+    // The C engine's read pattern (re-implemented): other reads, the same results; no
+    // hash-layer prefetch; every miss waited for by its layer.
+    for (slots, policy) in [("6", "lru"), ("20", "lru"), ("96", "arc")] {
+        let mut args = base.to_vec();
+        args.extend(["--ssd-streaming", "--ssd-streaming-cache-experts", slots]);
+        args.extend(["--cache-policy", policy, "--ssd-streaming-c-engine-pattern"]);
+        let v = run_ds4_json(&args);
+        assert_eq!(v["digest"], resident, "c-engine pattern, {slots} slots");
+        assert_eq!(v["prefetched_hash_experts"], 0, "{v}");
+        assert!(v["read_pattern"].as_str().unwrap().starts_with("c-engine"));
+        let st = &v["cache"]["stats"];
+        assert_eq!(st["dedup_hits"], 0, "{v}");
+        assert_eq!(st["misses"], st["fills_done"], "{v}");
+    }
     fails_with(
         &[
             "-m",
             m,
             "--ssd-streaming",
             "--ssd-streaming-c-engine-pattern",
+            "--ssd-streaming-full-layers",
+            "1",
         ],
         2,
-        "GPU backends only",
+        "--ssd-streaming-full-layers",
     );
+    // Nor with the lookahead (the C engine has none).
     fails_with(
         &[
             "-m",

@@ -76,7 +76,7 @@ pub struct Args {
     /// Read misses with the C DS4 engine's streaming pattern, re-implemented for same-run
     /// comparisons: 18 workers, one job per slice (buffered pread, copy, sync, fadvise
     /// DONTNEED), the layer waits for all of them; LRU unless --cache-policy; no hash-layer
-    /// prefetch. GPU backends only.
+    /// prefetch. On the host backend the copy is the copy thread's, plus one memcpy per miss.
     #[arg(
         long,
         requires = "ssd_streaming",
@@ -524,9 +524,12 @@ pub fn run(a: Args) -> CliResult {
         None if a.ssd_streaming_c_engine_pattern => PolicyKind::Lru,
         None => PolicyKind::DEFAULT,
     };
-    if a.ssd_streaming_c_engine_pattern && cuda.is_none() {
+    if a.ssd_streaming_c_engine_pattern
+        && cuda.is_none()
+        && (a.ssd_streaming_full_layers > 0 || a.ssd_streaming_popularity.is_some())
+    {
         return Err(CliError::bad_input(
-            "--ssd-streaming-c-engine-pattern: GPU backends only (it compares read patterns into device memory; use --backend cuda)",
+            "--ssd-streaming-c-engine-pattern on the host backend: no --ssd-streaming-full-layers or --ssd-streaming-popularity",
         ));
     }
     let (slots, how) = cache_slots(&a, &model, plan.as_ref())?;
@@ -564,7 +567,18 @@ pub fn run(a: Args) -> CliResult {
         Some(never) => match never {},
         None => Runner::Host(
             MoeStack::new(&weights, &engine).with_lookahead(a.ssd_streaming_lookahead),
-            if a.ssd_streaming {
+            if a.ssd_streaming && a.ssd_streaming_c_engine_pattern {
+                Box::new(
+                    crate::decode::c_pattern::CPatternExperts::new(
+                        &path,
+                        &model,
+                        engine.device().clone(),
+                        slots,
+                        policy,
+                    )
+                    .map_err(bad)?,
+                )
+            } else if a.ssd_streaming {
                 let mut st = StreamedExperts::new(&engine, &model, slots, policy)
                     .map_err(bad)?
                     .with_full_layers(a.ssd_streaming_full_layers)

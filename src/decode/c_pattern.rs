@@ -11,13 +11,20 @@
 //! rendezvous per layer). The cache around it is the C engine's: LRU, no lookahead, no
 //! prefetch of hash-layer experts at token start, no hits-first compute.
 
+use super::experts::{ExpertData, ExpertProvider, Fetch, FetchStats};
 use super::DecodeError;
 use crate::device::{Device, DeviceBuffer, PinnedBuf};
+use crate::expert_cache::{CacheError, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId};
+use crate::gguf::GgmlType;
+use crate::model::{Ds4Model, ExpertKind};
+use bytes::Bytes;
 use crossbeam_channel::{unbounded, Receiver, Sender};
+use hdrhistogram::Histogram;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// The C engine's number of read workers (6 experts × 3 tensors).
 pub const C_ENGINE_WORKERS: usize = 18;
@@ -172,6 +179,174 @@ fn drop_cached(f: &File, off: u64, len: usize) {
 
 #[cfg(not(target_os = "linux"))]
 fn drop_cached(_f: &File, _off: u64, _len: usize) {}
+
+/// The host backend's provider with the C engine's pattern (`ds4 --backend host
+/// --ssd-streaming --ssd-streaming-c-engine-pattern`): an LRU-or-chosen [`ExpertCache`] whose
+/// misses are read by a [`CPatternLoader`] into a host "device" slab (pread → the host
+/// backend's copy thread → wait → fadvise), the layer waiting for all of them; then each
+/// loaded expert is copied out of the slab into its own buffers for the stack (one memcpy per
+/// miss the C engine does not make: a small bias against this pattern, stated in
+/// docs/BENCHMARKS.md). No hash-layer prefetch, nothing pending: every fetch is ready.
+pub struct CPatternExperts<'a> {
+    model: &'a Ds4Model,
+    loader: CPatternLoader,
+    dev: Arc<dyn Device>,
+    slab: Arc<DeviceBuffer>,
+    cache: ExpertCache,
+    slots: Vec<Option<Arc<ExpertData>>>,
+    expert_bytes: usize,
+    bytes_streamed: u64,
+    stall: Duration,
+    hist: Histogram<u64>,
+}
+
+impl<'a> CPatternExperts<'a> {
+    /// `slots` experts (at least one layer's K) of `model` read from `path`.
+    pub fn new(
+        path: &Path,
+        model: &'a Ds4Model,
+        dev: Arc<dyn Device>,
+        slots: usize,
+        policy: PolicyKind,
+    ) -> Result<Self, DecodeError> {
+        let k = model.shape.n_expert_used as usize;
+        let first = model
+            .layers
+            .first()
+            .ok_or_else(|| DecodeError::Cache("a model without layers".into()))?;
+        let eb = first.expert_bytes() as usize;
+        let max_slice = [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
+            .iter()
+            .map(|&kd| first.routed(kd).expert_bytes as usize)
+            .max()
+            .unwrap_or(0);
+        let cache = ExpertCache::new(slots, k, eb as u64, policy)
+            .map_err(|e| DecodeError::Cache(e.to_string()))?;
+        let len = slots
+            .checked_mul(eb)
+            .ok_or_else(|| DecodeError::Cache("slab size overflows".into()))?;
+        let slab = Arc::new(
+            dev.alloc(len)
+                .map_err(|e| DecodeError::Cache(format!("c-engine pattern slab: {e}")))?,
+        );
+        Ok(Self {
+            model,
+            loader: CPatternLoader::new(path, dev.clone(), C_ENGINE_WORKERS, max_slice)?,
+            dev,
+            slab,
+            cache,
+            slots: vec![None; slots],
+            expert_bytes: eb,
+            bytes_streamed: 0,
+            stall: Duration::ZERO,
+            hist: Histogram::new(3).expect("3 significant figures is valid"),
+        })
+    }
+}
+
+impl ExpertProvider for CPatternExperts<'_> {
+    fn request(&mut self, layer: usize, ids: &[u32]) -> Result<Vec<Fetch>, DecodeError> {
+        let kinds = [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down];
+        let mut got = Vec::with_capacity(ids.len());
+        let mut missed = Vec::new();
+        let mut jobs = Vec::new();
+        for &e in ids {
+            let key = ExpertKey::new(layer as u16, e as u16);
+            match self.cache.lookup(key) {
+                Ok(Lookup::Hit(s)) | Ok(Lookup::Loading(s)) => got.push(s),
+                Ok(Lookup::Miss { slot, .. }) => {
+                    let mut at = slot as usize * self.expert_bytes;
+                    let mut parts = [(GgmlType::F32, 0usize, 0usize); 3];
+                    for (i, kd) in kinds.into_iter().enumerate() {
+                        let sl = self
+                            .model
+                            .expert_slice(layer as u64, kd, u64::from(e))
+                            .map_err(|err| DecodeError::Cache(err.to_string()))?;
+                        let len = sl.len as usize;
+                        jobs.push(Job {
+                            offset: sl.offset,
+                            len,
+                            dst: self.slab.clone(),
+                            at,
+                        });
+                        let ty = self.model.layers[layer].routed(kd).tensor.ggml_type;
+                        parts[i] = (ty, at, len);
+                        at += len;
+                    }
+                    self.bytes_streamed += self.expert_bytes as u64;
+                    missed.push((slot, parts));
+                    got.push(slot);
+                }
+                Err(CacheError::Full { .. }) => {
+                    return Err(DecodeError::Cache(format!(
+                        "all {} slots are held by layer {layer}'s experts",
+                        self.cache.capacity()
+                    )))
+                }
+                Err(err) => return Err(DecodeError::Cache(err.to_string())),
+            }
+        }
+        if !jobs.is_empty() {
+            let t0 = Instant::now();
+            let r = self.loader.load(jobs);
+            let took = t0.elapsed();
+            self.stall += took;
+            if let Err(err) = r {
+                for (slot, _) in &missed {
+                    let _ = self.cache.fill_failed(*slot);
+                }
+                return Err(err);
+            }
+            for (slot, parts) in missed {
+                let part = |(ty, at, len): (GgmlType, usize, usize)| {
+                    let mut v = vec![0u8; len];
+                    self.dev
+                        .read_d2h(&self.slab, at, &mut v)
+                        .map(|()| (ty, Bytes::from(v)))
+                        .map_err(|err| DecodeError::Cache(format!("c-engine pattern: {err}")))
+                };
+                let data = ExpertData {
+                    gate: part(parts[0])?,
+                    up: part(parts[1])?,
+                    down: part(parts[2])?,
+                };
+                self.slots[slot as usize] = Some(Arc::new(data));
+                self.cache
+                    .fill_done(slot)
+                    .map_err(|err| DecodeError::Cache(err.to_string()))?;
+                let _ = self.hist.record((took.as_micros() as u64).max(1));
+            }
+        }
+        got.into_iter()
+            .map(|s| match &self.slots[s as usize] {
+                Some(d) => Ok(Fetch::Ready(d.clone())),
+                None => Err(DecodeError::Cache(format!("slot {s} resident but empty"))),
+            })
+            .collect()
+    }
+
+    fn wait(&mut self, slot: SlotId) -> Result<Arc<ExpertData>, DecodeError> {
+        Err(DecodeError::Cache(format!(
+            "the c-engine pattern has no pending slot {slot}"
+        )))
+    }
+
+    fn end_layer(&mut self, _layer: usize) {
+        self.cache.unpin_all();
+    }
+
+    fn stats(&self) -> FetchStats {
+        FetchStats {
+            cache: self.cache.stats(),
+            bytes_streamed: self.bytes_streamed,
+            stall: self.stall,
+            fetch_p50_us: self.hist.value_at_quantile(0.5),
+            fetch_p99_us: self.hist.value_at_quantile(0.99),
+            fetch_max_us: self.hist.max(),
+            ..FetchStats::default()
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
