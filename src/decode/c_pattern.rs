@@ -258,10 +258,17 @@ impl ExpertProvider for CPatternExperts<'_> {
                     let mut at = slot as usize * self.expert_bytes;
                     let mut parts = [(GgmlType::F32, 0usize, 0usize); 3];
                     for (i, kd) in kinds.into_iter().enumerate() {
-                        let sl = self
-                            .model
-                            .expert_slice(layer as u64, kd, u64::from(e))
-                            .map_err(|err| DecodeError::Cache(err.to_string()))?;
+                        let sl = match self.model.expert_slice(layer as u64, kd, u64::from(e)) {
+                            Ok(sl) => sl,
+                            Err(err) => {
+                                // Nothing will fill the slots reserved so far: free them.
+                                let _ = self.cache.fill_failed(slot);
+                                for (s, _) in &missed {
+                                    let _ = self.cache.fill_failed(*s);
+                                }
+                                return Err(DecodeError::Cache(err.to_string()));
+                            }
+                        };
                         let len = sl.len as usize;
                         jobs.push(Job {
                             offset: sl.offset,

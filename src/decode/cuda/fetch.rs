@@ -106,11 +106,13 @@ impl<'a> CudaMoe<'a> {
                 .into_iter()
                 .enumerate()
             {
-                let sl = self
-                    .model
-                    .expert_slice(layer as u64, kind, e as u64)
-                    .map_err(|err| DecodeError::Cache(err.to_string()))?;
-                at[i] = (sl.offset, sl.len as usize, self.parts[i].0);
+                match self.model.expert_slice(layer as u64, kind, e as u64) {
+                    Ok(sl) => at[i] = (sl.offset, sl.len as usize, self.parts[i].0),
+                    Err(err) => {
+                        let _ = self.cache.fill_failed(slot);
+                        return Err(DecodeError::Cache(err.to_string()));
+                    }
+                }
             }
             let base = slot as usize * self.expert_bytes;
             if self.c_pattern.is_some() && !prefetch {
@@ -123,7 +125,14 @@ impl<'a> CudaMoe<'a> {
             if let Some(ram) = self.ram.as_mut() {
                 match ram.cache.lookup(key) {
                     Ok(Lookup::Hit(rs)) => {
-                        let ev = ram.copy_out(&self.dev, rs, &self.slab, base)?;
+                        let ev = match ram.copy_out(&self.dev, rs, &self.slab, base) {
+                            Ok(ev) => ev,
+                            Err(e) => {
+                                // Nothing will fill the device slot: free it.
+                                let _ = self.cache.fill_failed(slot);
+                                return Err(e);
+                            }
+                        };
                         self.pending.insert(
                             slot,
                             Pending {
@@ -142,6 +151,7 @@ impl<'a> CudaMoe<'a> {
                     Ok(Lookup::Miss { slot: rs, .. }) => {
                         if let Err(e) = ram.before_write(rs) {
                             let _ = ram.cache.fill_failed(rs);
+                            let _ = self.cache.fill_failed(slot);
                             return Err(e);
                         }
                         via = Some((rs, ram.at(rs)));
