@@ -65,6 +65,35 @@ pub struct FetchStats {
     pub ram: Option<RamTierStats>,
 }
 
+/// The cache lookups of speculative guesses (hits, dedup hits, misses, full), kept out of the
+/// reported hit rate, which counts the layers' own requests (evictions stay in: they happened).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SpecLookups([u64; 4]);
+
+impl SpecLookups {
+    /// Adds the lookups made between two snapshots of a cache's counters.
+    pub(crate) fn add(&mut self, before: &CacheStats, after: &CacheStats) {
+        for (acc, (a, b)) in self.0.iter_mut().zip([
+            (after.hits, before.hits),
+            (after.dedup_hits, before.dedup_hits),
+            (after.misses, before.misses),
+            (after.full, before.full),
+        ]) {
+            *acc += a - b;
+        }
+    }
+
+    /// `cache` without the guesses' lookups.
+    pub(crate) fn demand(&self, mut cache: CacheStats) -> CacheStats {
+        let [h, d, m, f] = self.0;
+        cache.hits -= h;
+        cache.dedup_hits -= d;
+        cache.misses -= m;
+        cache.full -= f;
+        cache
+    }
+}
+
 /// What a run reports about the RAM tier.
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct RamTierStats {
@@ -213,9 +242,9 @@ pub struct StreamedExperts<'a> {
     /// The last speculative guess: (layer, experts).
     guess: Option<(usize, Vec<u32>)>,
     lookahead: [u64; 3],
-    /// The cache lookups the guesses made (hits, dedup hits, misses, full): kept out of the
-    /// reported hit rate, which counts the layers' own requests.
-    spec_lookups: [u64; 4],
+    /// The cache lookups the guesses made: kept out of the reported hit rate, which counts
+    /// the layers' own requests.
+    spec_lookups: SpecLookups,
 }
 
 impl<'a> StreamedExperts<'a> {
@@ -245,7 +274,7 @@ impl<'a> StreamedExperts<'a> {
             hist: Histogram::new(3).expect("3 significant figures is valid"),
             guess: None,
             lookahead: [0; 3],
-            spec_lookups: [0; 4],
+            spec_lookups: SpecLookups::default(),
         })
     }
 
@@ -444,14 +473,7 @@ impl ExpertProvider for StreamedExperts<'_> {
         let c0 = self.cache.stats();
         self.request_many(layer, ids, true)?;
         let c1 = self.cache.stats();
-        for (acc, (a, b)) in self.spec_lookups.iter_mut().zip([
-            (c1.hits, c0.hits),
-            (c1.dedup_hits, c0.dedup_hits),
-            (c1.misses, c0.misses),
-            (c1.full, c0.full),
-        ]) {
-            *acc += a - b;
-        }
+        self.spec_lookups.add(&c0, &c1);
         self.lookahead[0] += ids.len() as u64;
         self.lookahead[2] += (self.pending.len() - before) as u64;
         self.guess = Some((layer, ids.to_vec()));
@@ -513,12 +535,7 @@ impl ExpertProvider for StreamedExperts<'_> {
     }
 
     fn stats(&self) -> FetchStats {
-        let mut cache = self.cache.stats();
-        let [h, d, m, f] = self.spec_lookups;
-        cache.hits -= h;
-        cache.dedup_hits -= d;
-        cache.misses -= m;
-        cache.full -= f;
+        let cache = self.spec_lookups.demand(self.cache.stats());
         FetchStats {
             cache,
             bytes_streamed: self.bytes_streamed,

@@ -436,14 +436,7 @@ impl<'a> CudaMoe<'a> {
         let c0 = self.cache.stats();
         self.request(layer, ids, true)?;
         let c1 = self.cache.stats();
-        for (acc, (a, b)) in self.spec_lookups.iter_mut().zip([
-            (c1.hits, c0.hits),
-            (c1.dedup_hits, c0.dedup_hits),
-            (c1.misses, c0.misses),
-            (c1.full, c0.full),
-        ]) {
-            *acc += a - b;
-        }
+        self.spec_lookups.add(&c0, &c1);
         self.spec[0] += ids.len() as u64;
         self.spec[2] += self.pending.len().saturating_sub(before) as u64;
         self.guess = Some((layer, ids.to_vec()));

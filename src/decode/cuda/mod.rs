@@ -28,6 +28,7 @@ mod fetch;
 mod ram_tier;
 
 use super::c_pattern::CPatternLoader;
+use super::experts::SpecLookups;
 use super::{DecodeError, FetchStats, MoeWeights, TokenTrace};
 use crate::compute::f16::f16_to_f32;
 use crate::device::cuda::CudaDevice;
@@ -104,9 +105,8 @@ pub struct CudaMoe<'a> {
     guess: Option<(usize, Vec<u32>)>,
     /// Guessed, used by their layer, reads the guesses started.
     spec: [u64; 3],
-    /// The guesses' own cache lookups (hits, dedup hits, misses, full), kept out of the
-    /// reported hit rate.
-    spec_lookups: [u64; 4],
+    /// The guesses' own cache lookups, kept out of the reported hit rate.
+    spec_lookups: SpecLookups,
     /// `--ssd-streaming-c-engine-pattern`: misses read by the C engine's pattern instead.
     c_pattern: Option<CPatternLoader>,
     /// `--ram-streaming-cache-experts`: experts in pinned host RAM under the device cache.
@@ -287,7 +287,7 @@ impl<'a> CudaMoe<'a> {
             lookahead: false,
             guess: None,
             spec: [0; 3],
-            spec_lookups: [0; 4],
+            spec_lookups: SpecLookups::default(),
             c_pattern: None,
             ram: None,
         };
@@ -600,12 +600,7 @@ impl<'a> CudaMoe<'a> {
     }
 
     pub fn stats(&self) -> FetchStats {
-        let mut cache = self.cache.stats();
-        let [h, d, m, f] = self.spec_lookups;
-        cache.hits -= h;
-        cache.dedup_hits -= d;
-        cache.misses -= m;
-        cache.full -= f;
+        let cache = self.spec_lookups.demand(self.cache.stats());
         FetchStats {
             cache,
             bytes_streamed: self.bytes_streamed,
