@@ -342,3 +342,15 @@ fn bad_input_is_named_and_exits_2() {
     std::fs::write(&bad, &bytes).unwrap();
     fails_with(&["-m", bad.to_str().unwrap()], 2, "twice");
 }
+
+/// A model of holes (`gen-model --holes all`: everything zeros but its tid2eid tables) still
+/// runs: the H200 check of a Flash-shaped file of holes once failed on an all-zero tid2eid.
+#[test]
+fn a_model_of_holes_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("holes.gguf");
+    gen_model(&model, &["--scale", "tiny", "--holes", "all"]);
+    let m = model.to_str().unwrap();
+    let v = run_ds4_json(&["-m", m, "-n", "3", "--ssd-streaming"]);
+    assert_eq!(v["tokens"], 3, "{v}");
+}

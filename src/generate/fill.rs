@@ -15,7 +15,9 @@ pub enum Holes {
     None,
     /// Routed expert tensors (except `--fill-layers`).
     Experts,
-    /// Everything (except the routed tensors of `--fill-layers`).
+    /// Everything except the routed tensors of `--fill-layers` and the hash layers' `tid2eid`
+    /// tables (a few MiB): zeros there would route every token to expert 0 six times, which the
+    /// decoder rightly refuses, so a file of holes still runs.
     All,
 }
 
@@ -185,7 +187,9 @@ impl FillPlan {
                     (Some(list), true) => Region::Experts(list.clone()),
                 }
             }
-            None if self.holes == Holes::All => Region::Hole,
+            None if self.holes == Holes::All && !name.ends_with("ffn_gate_tid2eid.weight") => {
+                Region::Hole
+            }
             None => Region::Whole,
         }
     }
