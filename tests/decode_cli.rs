@@ -85,6 +85,13 @@ fn streamed_equals_resident_at_every_cache_size() {
             + c["stats"]["misses"].as_u64().unwrap();
         assert!(lookups >= 24 * 6 * 6, "{slots}: {lookups} lookups");
     }
+    // The smallest read chunk (64 KiB slots: the staging ring grows to 2048 slots).
+    let mut args = base.to_vec();
+    args.extend(["--ssd-streaming", "--ssd-streaming-cache-experts", "7"]);
+    args.extend(["--read-chunk", "64KiB"]);
+    let v = run_ds4_json(&args);
+    assert_eq!(v["digest"], resident, "--read-chunk 64KiB");
+    assert_eq!(v["io"]["read_chunk"], 65536, "{v}");
     // Preloaded from a recorded trace, and the first layers resident: still the same result.
     let trace = dir.path().join("t.jsonl");
     let mut rec = base.to_vec();
@@ -304,6 +311,9 @@ fn bad_input_is_named_and_exits_2() {
     fails_with(&["-m", "/nonexistent/x.gguf"], 2, "--demo");
     fails_with(&["-m", m, "--tokens", "512"], 2, "outside the vocabulary");
     fails_with(&["-m", m, "--tokens", "1,x"], 2, "x");
+    for chunk in ["5000", "32KiB", "128MiB", "lots"] {
+        fails_with(&["-m", m, "--read-chunk", chunk], 2, "--read-chunk");
+    }
     fails_with(
         &[
             "-m",

@@ -74,15 +74,16 @@ fn run_cat(
                 dest,
                 pos: r.dest_off,
             };
-            ds4_stream::cli::cat::copy_range(&engine, shape.window, r.file_off, r.len, &mut w)
-                .map_err(|e| match e {
+            ds4_stream::cli::cat::copy_range(&engine, shape, r.file_off, r.len, &mut w).map_err(
+                |e| match e {
                     ds4_stream::cli::cat::CopyError::Read(e) => {
                         BenchError::Runtime(ds4_stream::cli::chain(&e))
                     }
                     ds4_stream::cli::cat::CopyError::Write(e) => {
                         BenchError::Runtime(format!("cat case: {e}"))
                     }
-                })?;
+                },
+            )?;
         }
     }
     let elapsed = t0.elapsed();

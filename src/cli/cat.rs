@@ -25,12 +25,14 @@ pub const WINDOW: usize = 12;
 /// Reader workers through a GPU.
 pub const CAT_WORKERS: usize = 8;
 
-/// How many reader workers `cat` starts and how many requests of [`CHUNK`] bytes it keeps in
-/// flight ahead of the writer (host backend), chosen by [`shape_for`].
+/// How many reader workers `cat` starts, how many requests it keeps in flight ahead of the
+/// writer and how large they are (host backend), chosen by [`shape_for`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CatShape {
     pub workers: usize,
     pub window: usize,
+    /// Bytes per request (a multiple of 4096).
+    pub chunk: usize,
 }
 
 /// Cold bytes (or unknown): unbuffered reads cost no CPU, the disk wants a deep queue (fio's
@@ -38,6 +40,7 @@ pub struct CatShape {
 pub const COLD: CatShape = CatShape {
     workers: 16,
     window: 24,
+    chunk: CHUNK,
 };
 
 /// The shape for a range of which `cached` (0..=1) is in the page cache, on a machine with
@@ -52,6 +55,7 @@ pub fn shape_for(cached: Option<f64>, cores: usize) -> CatShape {
             CatShape {
                 workers,
                 window: workers + 2,
+                chunk: CHUNK,
             }
         }
         _ => COLD,
@@ -96,20 +100,20 @@ pub enum CopyError {
 }
 
 /// Copies `len` bytes at absolute `offset` of the engine's file to `out`, in order, with up to
-/// `window` requests of at most [`CHUNK`] bytes in flight. Requests after the first start on
-/// multiples of [`CHUNK`] in the file, so only the first and the last are widened for the
+/// `shape.window` requests of at most `shape.chunk` bytes in flight. Requests after the first
+/// start on multiples of the chunk in the file, so only the first and the last are widened for the
 /// unbuffered path (the engine reads 4096-aligned ranges).
 pub fn copy_range(
     engine: &Engine,
-    window: usize,
+    shape: CatShape,
     offset: u64,
     len: u64,
     out: &mut dyn Write,
 ) -> Result<(), CopyError> {
-    let window = window.max(1);
+    let window = shape.window.max(1);
     let mut queued: VecDeque<BytesTicket> = VecDeque::with_capacity(window);
     let mut next = 0u64;
-    let c = CHUNK as u64;
+    let c = shape.chunk.max(4096) as u64;
     loop {
         while next < len && queued.len() < window {
             let at = offset + next;
@@ -144,8 +148,8 @@ pub fn open_engine(path: &std::path::Path, shape: CatShape) -> Result<Engine, En
     let cfg = EngineConfig {
         workers: shape.workers,
         slots: 1, // host-visible reads take no staging slot
-        slot_bytes: CHUNK,
-        host_pool_bytes: (shape.window + 2) * (CHUNK + (64 << 10)),
+        slot_bytes: shape.chunk,
+        host_pool_bytes: (shape.window + 2) * (shape.chunk + (64 << 10)),
         ..EngineConfig::default()
     };
     Engine::open(path, device, cfg)
@@ -329,7 +333,7 @@ pub fn run(a: Args) -> CliResult {
     let r = if a.backend == crate::device::BackendArg::Kind(BackendKind::Host) {
         let shape = shape_of(&a.file, offset, len);
         let engine = cat_engine(&a, shape)?;
-        copy_range(&engine, shape.window, offset, len, &mut out)
+        copy_range(&engine, shape, offset, len, &mut out)
     } else {
         copy_via_device(&a, offset, len, &mut out)?
     };
@@ -357,34 +361,44 @@ mod tests {
             hot(1),
             CatShape {
                 workers: 2,
-                window: 4
+                window: 4,
+                chunk: CHUNK
             }
         );
         assert_eq!(
             hot(2),
             CatShape {
                 workers: 2,
-                window: 4
+                window: 4,
+                chunk: CHUNK
             }
         );
         assert_eq!(
             hot(6),
             CatShape {
                 workers: 6,
-                window: 8
+                window: 8,
+                chunk: CHUNK
             }
         );
         assert_eq!(
             hot(128),
             CatShape {
                 workers: 8,
-                window: 10
+                window: 10,
+                chunk: CHUNK
             }
         );
         assert_eq!(shape_for(Some(0.5), 4).workers, 4);
     }
     use ds4_io::pattern::{self, PatternSource};
     use std::sync::Arc;
+
+    const T12: CatShape = CatShape {
+        workers: 2,
+        window: 12,
+        chunk: CHUNK,
+    };
 
     fn engine(len: u64, seed: u64) -> Engine {
         let device = BackendKind::Host.open_default().unwrap();
@@ -406,17 +420,25 @@ mod tests {
             (5, CHUNK as u64 + 11),
             (7 << 20, (WINDOW as u64 + 3) * CHUNK as u64 + 5),
         ] {
-            let mut out = Vec::new();
-            copy_range(&e, 12, off, len, &mut out).unwrap();
-            assert_eq!(out.len() as u64, len);
-            pattern::verify(99, off, &out).unwrap();
+            // The default requests, and smaller ones in a shallow window.
+            let small = CatShape {
+                workers: 2,
+                window: 3,
+                chunk: 1 << 20,
+            };
+            for shape in [T12, small] {
+                let mut out = Vec::new();
+                copy_range(&e, shape, off, len, &mut out).unwrap();
+                assert_eq!(out.len() as u64, len, "{shape:?}");
+                pattern::verify(99, off, &out).unwrap();
+            }
         }
     }
 
     #[test]
     fn read_and_write_errors_are_told_apart() {
         let e = engine(1 << 20, 1);
-        match copy_range(&e, 12, (1 << 20) - 10, 20, &mut Vec::new()) {
+        match copy_range(&e, T12, (1 << 20) - 10, 20, &mut Vec::new()) {
             Err(CopyError::Read(EngineError::OutOfFile { offset, len, .. })) => {
                 assert_eq!((offset, len), ((1 << 20) - 10, 20))
             }
@@ -431,7 +453,7 @@ mod tests {
                 Ok(())
             }
         }
-        match copy_range(&e, 12, 0, 100, &mut Closed) {
+        match copy_range(&e, T12, 0, 100, &mut Closed) {
             Err(CopyError::Write(err)) => assert!(is_broken_pipe(&err)),
             other => panic!("{other:?}"),
         }

@@ -111,6 +111,11 @@ pub struct Args {
     /// IO workers, each with its own file handle.
     #[arg(long, default_value_t = 18)]
     pub workers: usize,
+    /// Largest single read (= staging slot) of the run, 64KiB to 64MiB in 4 KiB steps. Smaller
+    /// chunks spread one layer's few misses over more workers (less latency per layer); larger
+    /// ones suit disks that want big requests. The staging ring keeps at least 128 MiB.
+    #[arg(long, value_name = "SIZE", default_value = "4MiB")]
+    pub read_chunk: String,
     /// Where the MoE stack runs: host (reference kernels), cuda (the GPU kernels; experts in a
     /// device slab the engine reads into), or auto (cuda when present, else host). HIP compute
     /// is not wired yet.
@@ -119,6 +124,16 @@ pub struct Args {
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--read-chunk`: a size, a multiple of 4 KiB, 64 KiB ..= 64 MiB.
+fn read_chunk(text: &str) -> Result<usize, CliError> {
+    let bad = |why: String| CliError::bad_input(format!("--read-chunk {text:?}: {why}"));
+    let n = crate::units::parse_size(text).map_err(|e| bad(e.to_string()))?;
+    if !(64 << 10..=64 << 20).contains(&n) || n % 4096 != 0 {
+        return Err(bad("must be a multiple of 4KiB from 64KiB to 64MiB".into()));
+    }
+    Ok(n as usize)
 }
 
 fn parse_ids(text: &str) -> Result<Vec<u64>, CliError> {
@@ -488,9 +503,13 @@ pub fn run(a: Args) -> CliResult {
         }
         None => (tokens(&a, model.shape.vocab)?, None),
     };
+    let chunk = read_chunk(&a.read_chunk)?;
     let cfg = EngineConfig {
         workers: a.workers,
         cold: a.ssd_streaming_cold,
+        slot_bytes: chunk,
+        // At least the default ring's bytes (128 MiB), so small chunks keep as much in flight.
+        slots: ((128usize << 20) / chunk).clamp(32, 2048),
         ..EngineConfig::default()
     };
     let (device, cuda) = open_device(a.backend)?;
@@ -771,6 +790,8 @@ fn report(
             v["fetch_p99_us"] = st.fetch_p99_us.into();
             v["prefetched_hash_experts"] = st.prefetched.into();
             v["read_pattern"] = read_pattern(a).into();
+            v["io"] =
+                serde_json::json!({"workers": a.workers, "read_chunk": read_chunk(&a.read_chunk)?});
             if let Some(r) = &st.ram {
                 v["ram_tier"] = serde_json::to_value(r).unwrap_or_default();
             }
