@@ -116,10 +116,12 @@ pub(super) fn fixed_lines(inp: &PlanInput) -> Vec<Line> {
         ),
         Platform::Linux => line(
             HEADROOM_LINE,
-            rules::default_fragmentation_headroom(total),
+            rules::LINUX_FRAGMENTATION_HEADROOM,
             Source::Rule,
             Side::Device,
-            "ours, unmeasured: max(256 MiB, 1 % of the device)".into(),
+            "linux: 256 MiB; the H200 (CUDA) granted one allocation of all but 4 MiB of its free \
+             memory (docs/PLANNER.md)"
+                .into(),
         ),
     });
     v

@@ -26,11 +26,12 @@ pub const WINDOWS_DRIVER_RESERVE: u64 = 12_530_567_086;
 /// rounded to a MiB: 5,315 MiB. The limit then lands at ctx 237,553, halfway between.
 pub const WINDOWS_FRAGMENTATION_HEADROOM: u64 = 5_315 * MIB;
 
-/// Fragmentation headroom where nothing was measured (Linux, CUDA or ROCm): ours, a guess,
-/// max(256 MiB, 1 % of the device). Check it on the GPU machine (docs/PLANNER.md).
-pub fn default_fragmentation_headroom(device_total: u64) -> u64 {
-    (256 * MIB).max(device_total / 100)
-}
+/// Fragmentation headroom on Linux (CUDA or ROCm): 256 MiB. Measured on the H200 (CUDA 13,
+/// `ds4 plan --measure-headroom`): the largest single allocation the driver granted was the
+/// free memory it reported minus 4 MiB (docs/PLANNER.md); the rest is room for what the driver
+/// allocates after the plan (kernel modules, streams, events). It was max(256 MiB, 1 % of the
+/// device) before the measurement: 1.40 GiB on the H200.
+pub const LINUX_FRAGMENTATION_HEADROOM: u64 = 256 * MIB;
 
 /// The C engine's Q8→F16 cache reserve: 16 GiB when streaming; 512 MiB if the device has
 /// ≥ 112 GiB; else max(4 GiB, 5 % of the device). How the planner reads it: docs/PLANNER.md.
