@@ -490,6 +490,8 @@ struct RunInfo {
     full_layers: usize,
     /// The plan's device lines beside the measured allocations (GPU backends).
     mem: Option<serde_json::Value>,
+    /// How the RAM tier's size was chosen (with `--ram-streaming-cache-experts`).
+    ram_how: Option<String>,
 }
 
 /// Opens (generating `--demo`'s model first if needed) and runs.
@@ -657,6 +659,7 @@ pub fn run(a: Args) -> CliResult {
         preloaded,
         full_layers: a.ssd_streaming_full_layers.min(model.layers.len()),
         mem,
+        ram_how: ram.map(|(_, how)| how),
     };
     report(&a, &path, &model, &ids, &run, &st, &digest)
 }
@@ -746,6 +749,7 @@ fn report(
         preloaded,
         full_layers,
         ref mem,
+        ref ram_how,
     } = *run;
     let kernels = match backend {
         BackendKind::Host => "the host's reference kernels",
@@ -794,6 +798,7 @@ fn report(
                 serde_json::json!({"workers": a.workers, "read_chunk": read_chunk(&a.read_chunk)?});
             if let Some(r) = &st.ram {
                 v["ram_tier"] = serde_json::to_value(r).unwrap_or_default();
+                v["ram_tier"]["chosen_by"] = ram_how.clone().into();
             }
             if a.ssd_streaming_lookahead {
                 v["lookahead"] = serde_json::json!({
@@ -841,8 +846,9 @@ fn report(
         if let Some(r) = &st.ram {
             let _ = writeln!(
                 t,
-                "RAM tier: {} experts ({:.2} GiB pinned host memory): hit rate {:.1}% of device misses ({} copied from RAM, {} read from the file into it), {} evictions",
+                "RAM tier: {} experts ({}; {:.2} GiB pinned host memory): hit rate {:.1}% of device misses ({} copied from RAM, {} read from the file into it), {} evictions",
                 r.experts,
+                ram_how.as_deref().unwrap_or("-"),
                 r.bytes as f64 / (1u64 << 30) as f64,
                 r.cache.hit_rate() * 100.0,
                 r.cache.hits,
