@@ -311,6 +311,11 @@ fn bad_input_is_named_and_exits_2() {
     fails_with(&["-m", "/nonexistent/x.gguf"], 2, "--demo");
     fails_with(&["-m", m, "--tokens", "512"], 2, "outside the vocabulary");
     fails_with(&["-m", m, "--tokens", "1,x"], 2, "x");
+    fails_with(
+        &["-m", m, "--simulate-used-memory", "1GB"],
+        2,
+        "needs a GPU backend",
+    );
     for chunk in ["5000", "32KiB", "128MiB", "lots"] {
         fails_with(&["-m", m, "--read-chunk", chunk], 2, "--read-chunk");
     }

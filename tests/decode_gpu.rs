@@ -105,6 +105,41 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
     }
 }
 
+/// `ds4 --simulate-used-memory`: the memory is really taken (the plan's free memory drops by
+/// it), and a run that no longer fits is refused before it allocates.
+#[test]
+fn simulated_used_memory_is_taken_for_real() {
+    if let Err(e) = ds4_stream::device::BackendKind::Cuda.open_default() {
+        engine_util::skip_or_fail("cuda", &e.to_string());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    gen_model(&model, &["--scale", "tiny"]);
+    let m = model.to_str().unwrap();
+    let base = ["-m", m, "--backend", "cuda", "-n", "2", "--ssd-streaming"];
+    let free = |v: &serde_json::Value| v["device_memory"]["free_at_plan"].as_u64().unwrap();
+    let plain = run_ds4_json(&base);
+    let mut x = base.to_vec();
+    x.extend(["--simulate-used-memory", "4GiB"]);
+    let taken = run_ds4_json(&x);
+    assert_eq!(taken["digest"], plain["digest"]);
+    let drop = free(&plain) as i64 - free(&taken) as i64;
+    assert!(
+        (drop - (4i64 << 30)).abs() < 64 << 20,
+        "free memory at the plan dropped by {drop} B, not 4 GiB"
+    );
+    // All but 64 MiB taken: the plan (headroom 256 MiB alone) no longer fits and says so
+    // (exit 1) before allocating.
+    let all = format!("{}", free(&plain) - (64u64 << 20));
+    let mut y = base.to_vec();
+    y.extend(["--simulate-used-memory", &all]);
+    let o = gen_util::ds4().args(&y).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("the plan does not fit"), "{err}");
+}
+
 /// `CudaDevice::copy_d2d_async` (the RAM tier's copy): mapped host memory → device memory is
 /// byte exact, and both ranges are leased while the copy runs.
 #[test]

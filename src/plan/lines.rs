@@ -45,8 +45,9 @@ pub(super) fn fixed_lines(inp: &PlanInput) -> Vec<Line> {
             inp.simulate_used,
             Source::Flag,
             Side::Device,
-            "--simulate-used-memory: lowers the budget only (the C engine also locks host \
-             memory for it; we do not)"
+            "--simulate-used-memory: lowers the plan's budget (`ds4 --simulate-used-memory` \
+             holds the memory for real: device memory, or locked host memory on a unified \
+             device)"
                 .into(),
         ));
     }

@@ -123,9 +123,50 @@ pub struct Args {
     /// is not wired yet.
     #[arg(long, default_value = "host")]
     pub backend: BackendArg,
+    /// Hold this much device memory for the whole run (GPU backends), so the plan and every
+    /// allocation after it see a smaller machine (`24GB`). On a unified-memory device it is
+    /// pinned (locked) host memory, as the C engine locks host memory for this flag.
+    #[arg(long, value_name = "SIZE")]
+    pub simulate_used_memory: Option<String>,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--simulate-used-memory`: takes that much device memory (None without the flag).
+fn simulate_used(
+    a: &Args,
+    device: &dyn Device,
+) -> Result<Option<crate::device::DeviceBuffer>, CliError> {
+    let Some(text) = a.simulate_used_memory.as_deref() else {
+        return Ok(None);
+    };
+    let bad = |why: String| CliError::bad_input(format!("--simulate-used-memory {text:?}: {why}"));
+    let n = crate::units::parse_size(text).map_err(|e| bad(e.to_string()))?;
+    if n == 0 {
+        return Err(bad("must be more than 0".into()));
+    }
+    let n = usize::try_from(n).map_err(|_| bad("too large for this machine".into()))?;
+    if device.memory_info().ok().flatten().is_none() {
+        return Err(bad(format!(
+            "needs a GPU backend: the {} backend has no device memory of its own",
+            device.kind().as_str()
+        )));
+    }
+    let buf = device.alloc(n).map_err(|e| {
+        CliError::runtime(format!(
+            "--simulate-used-memory {text}: taking {n} B of device memory failed: {}",
+            chain(&e)
+        ))
+    })?;
+    if !a.json {
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: --simulate-used-memory: holding {n} B of {} memory for the run (in the plan's \"in use before the run\")",
+            device.name()
+        );
+    }
+    Ok(Some(buf))
 }
 
 /// `--read-chunk`: a size, a multiple of 4 KiB, 64 KiB ..= 64 MiB.
@@ -518,6 +559,8 @@ pub fn run(a: Args) -> CliResult {
     };
     let (device, cuda) = open_device(a.backend)?;
     let backend = device.kind();
+    // Held until the run ends; the plan below sees it as memory in use.
+    let _taken = simulate_used(&a, device.as_ref())?;
     let ram = ram_slots(&a, &model, device.as_ref())?;
     let ram_bytes = ram.as_ref().map_or(0, |r| {
         r.0 as u64 * model.layers.first().map_or(0, |l| l.expert_bytes())
