@@ -5,7 +5,10 @@
 #   - hot (file in the page cache) and cold (page cache dropped, --ssd-streaming-cold = O_DIRECT);
 #   - the engine's path (default policy), with the speculative lookahead, with the RAM tier,
 #     and the C engine's pattern re-implemented (--ssd-streaming-c-engine-pattern);
-#   - the expert-shaped read ceiling of the same file (ds4-bench io, engine and fio, cold).
+#   - the resident run (every expert in device memory): the compute-only time per token;
+#   - the expert-shaped read ceilings of the same file (ds4-bench io: engine and fio cold,
+#     engine hot), so IO time per token (streamed - resident) can be set against
+#     bytes read per token / ceiling.
 #
 #   bash docs/bench/h200-stream.sh BINDIR OUTDIR [MODEL]
 #
@@ -62,6 +65,7 @@ common=(-n 32 --seed 7 --ssd-streaming --ssd-streaming-cache-experts 4GB)
 
 log "hot: the file read once into the page cache"
 cat "$m" > /dev/null
+run resident -n 32 --seed 7
 run hot-engine "${common[@]}"
 run hot-lookahead "${common[@]}" --ssd-streaming-lookahead
 run hot-ram "${common[@]}" --ram-streaming-cache-experts 16GB
@@ -91,4 +95,9 @@ ds4-bench io --backend cuda --file "$m" --pattern expert --cold --reps 2 --total
     --cases engine,c-stream,fio --workers 18 --chunk 4MiB --direct on --json \
     > "$out/ceiling-cold.json" 2> "$out/ceiling-cold.log"
 tail -n 20 "$out/ceiling-cold.log"
+cat "$m" > /dev/null
+ds4-bench io --backend cuda --file "$m" --pattern expert --hot --reps 2 --dest 1GiB \
+    --total 2831155200 --cases engine,copy --workers 18 --chunk 4MiB --direct off \
+    > "$out/ceiling-hot.json" 2> "$out/ceiling-hot.log"
+tail -n 6 "$out/ceiling-hot.log"
 log "done"
