@@ -4,8 +4,9 @@
 //! figures and the SHA-256 digest of every hidden state (equal for resident and streamed runs).
 //!
 //! Limits, said in the output too: attention and hyper-connections are not computed (only the
-//! MoE half streams, and tokens are independent), and compute runs on the host's reference
-//! kernels (the GPU kernels exist but the stack is not wired to them yet).
+//! MoE half streams, and tokens are independent). Compute runs on the host's reference kernels
+//! (`--backend host`) or the CUDA kernels (`--backend cuda`); HIP compute is not wired yet.
+//! Outputs (report, dump, trace) are in [`report`].
 
 use super::{chain, CliError, CliResult};
 use crate::decode::{
@@ -113,9 +114,10 @@ pub struct Args {
     /// IO workers, each with its own file handle.
     #[arg(long, default_value_t = 18)]
     pub workers: usize,
-    /// Largest single read (= staging slot) of the run, 64KiB to 64MiB in 4 KiB steps. Smaller
-    /// chunks spread one layer's few misses over more workers (less latency per layer); larger
-    /// ones suit disks that want big requests. The staging ring keeps at least 128 MiB.
+    /// Largest single read (= staging slot) of the run, 64KiB to 64MiB in 4 KiB steps; the
+    /// staging ring keeps at least 128 MiB. 4MiB (an expert slice is one read) measured best on
+    /// the H200, hot and cold; smaller reads spread a layer's misses over more workers but pay
+    /// a fixed cost each (docs/BENCHMARKS.md): measure before changing it.
     #[arg(long, value_name = "SIZE", default_value = "4MiB")]
     pub read_chunk: String,
     /// Where the MoE stack runs: host (reference kernels), cuda (the GPU kernels; experts in a
