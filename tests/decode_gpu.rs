@@ -1,25 +1,39 @@
-//! `ds4 --backend cuda`: the MoE stack on the GPU kernels, end to end through the binary, on the
+//! `ds4 --backend cuda|hip`: the MoE stack on the GPU kernels, end to end through the binary, on the
 //! demo model (its clamp triggers; 10 layers, 3 of them hash layers):
 //! - resident and streamed runs on the GPU give bit-identical hidden states (same kernels, same
 //!   order), at cache sizes from the minimum (6 experts) up, and under every policy;
 //! - the GPU's hidden states agree with the host reference within a relative L2 error of 1e-5
 //!   (the kernels' summation order differs; kernels/README.md states the per-matvec bound).
 //!
-//! Runs where the `cuda` feature is on and a GPU is present; skipped with a note otherwise,
-//! unless `DS4_GPU_TESTS=cuda` demands it (the GPU machine's run).
-#![cfg(feature = "cuda")]
+//! Every test runs on each GPU backend built in (`cuda`; `hip`, on the H200 through
+//! tests/hip_shim) whose device opens; skipped with a note otherwise, unless
+//! `DS4_GPU_TESTS=cuda` (or `hip`) demands it (the GPU machine's run).
+#![cfg(any(feature = "cuda", feature = "hip"))]
 
 mod engine_util;
 mod gen_util;
 
+use ds4_stream::device::GpuDevice;
 use gen_util::{gen_model, read_f32s, rel_l2, run_ds4_json};
+use std::sync::Arc;
+
+/// The backend names only (the `ds4` runs open their own device).
+fn backends() -> Vec<&'static str> {
+    engine_util::compute_gpus()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect()
+}
 
 #[test]
 fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
-    if let Err(e) = ds4_stream::device::BackendKind::Cuda.open_default() {
-        engine_util::skip_or_fail("cuda", &e.to_string());
-        return;
+    for b in backends() {
+        eprintln!("== {b}");
+        gpu_stack_matches_the_host(b);
     }
+}
+
+fn gpu_stack_matches_the_host(backend: &str) {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("demo.gguf");
     gen_model(&model, &["--scale", "demo"]);
@@ -31,12 +45,12 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
     host.push(host_dump.to_str().unwrap());
     host.extend(tokens);
     let h = run_ds4_json(&host);
-    let mut gpu = vec!["-m", m, "--backend", "cuda", "--dump-hidden"];
+    let mut gpu = vec!["-m", m, "--backend", backend, "--dump-hidden"];
     let gpu_dump = dump("gpu.f32");
     gpu.push(gpu_dump.to_str().unwrap());
     gpu.extend(tokens);
     let g = run_ds4_json(&gpu);
-    assert_eq!(g["backend"], "cuda");
+    assert_eq!(g["backend"], backend);
     let rel = rel_l2(&read_f32s(&gpu_dump), &read_f32s(&host_dump));
     assert!(rel <= 1e-5, "GPU vs host: relative L2 error {rel:e}");
     eprintln!(
@@ -49,7 +63,7 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
         ("50", "lfu-decay"),
         ("400", "w-tinylfu"),
     ] {
-        let mut s = vec!["-m", m, "--backend", "cuda", "--ssd-streaming"];
+        let mut s = vec!["-m", m, "--backend", backend, "--ssd-streaming"];
         s.extend([
             "--ssd-streaming-cache-experts",
             slots,
@@ -98,7 +112,7 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
             }
         }
         eprintln!(
-            "cuda streamed {slots} {policy}: hit rate {:.3}, {:.2} tokens/s",
+            "{backend} streamed {slots} {policy}: hit rate {:.3}, {:.2} tokens/s",
             v["cache"]["hit_rate"].as_f64().unwrap(),
             v["tokens_per_s"].as_f64().unwrap()
         );
@@ -109,15 +123,18 @@ fn the_gpu_stack_matches_the_host_and_streams_bit_identically() {
 /// it), and a run that no longer fits is refused before it allocates.
 #[test]
 fn simulated_used_memory_is_taken_for_real() {
-    if let Err(e) = ds4_stream::device::BackendKind::Cuda.open_default() {
-        engine_util::skip_or_fail("cuda", &e.to_string());
-        return;
+    for b in backends() {
+        eprintln!("== {b}");
+        simulated_used_memory_on(b);
     }
+}
+
+fn simulated_used_memory_on(backend: &str) {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.gguf");
     gen_model(&model, &["--scale", "tiny"]);
     let m = model.to_str().unwrap();
-    let base = ["-m", m, "--backend", "cuda", "-n", "2", "--ssd-streaming"];
+    let base = ["-m", m, "--backend", backend, "-n", "2", "--ssd-streaming"];
     let free = |v: &serde_json::Value| v["device_memory"]["free_at_plan"].as_u64().unwrap();
     let plain = run_ds4_json(&base);
     let mut x = base.to_vec();
@@ -140,20 +157,17 @@ fn simulated_used_memory_is_taken_for_real() {
     assert!(err.contains("the plan does not fit"), "{err}");
 }
 
-/// `CudaDevice::copy_d2d_async` (the RAM tier's copy): mapped host memory → device memory is
+/// `GpuDevice::copy_d2d_async` (the RAM tier's copy): mapped host memory → device memory is
 /// byte exact, and both ranges are leased while the copy runs.
 #[test]
 fn mapped_to_device_copies_are_byte_exact() {
-    use ds4_stream::device::cuda::{CudaConfig, CudaDevice};
-    use ds4_stream::device::Device;
-    use std::sync::Arc;
-    let dev = match CudaDevice::new(CudaConfig::default()) {
-        Ok(d) => d,
-        Err(e) => {
-            engine_util::skip_or_fail("cuda", &e.to_string());
-            return;
-        }
-    };
+    for (name, dev) in engine_util::compute_gpus() {
+        eprintln!("== {name}");
+        mapped_to_device_copies_on(dev.as_ref());
+    }
+}
+
+fn mapped_to_device_copies_on(dev: &dyn GpuDevice) {
     let n = 3 << 20;
     let ram = Arc::new(dev.alloc_mapped(n).unwrap());
     assert!(ram.host_visible());

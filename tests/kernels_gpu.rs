@@ -4,25 +4,23 @@
 //! q8_0→f16 bit-exact, the element-wise kernels, rms_norm, and the ordering contract: a kernel
 //! launched right after the copies of its weights (no host wait in between) sees those bytes.
 //!
-//! Runs where the `cuda` feature is on and a GPU is present; skipped with a note otherwise,
-//! unless `DS4_GPU_TESTS=cuda` demands it (the GPU machine's run).
-#![cfg(feature = "cuda")]
+//! One body per check, run on every GPU backend built in (`cuda`: NVRTC; `hip`: hipRTC, run on
+//! the H200 through tests/hip_shim). Skipped with a note where no GPU is present, unless
+//! `DS4_GPU_TESTS=cuda` (or `hip`) demands it (the GPU machine's run).
+#![cfg(any(feature = "cuda", feature = "hip"))]
 
 mod engine_util;
 
 use ds4_stream::compute::{self, f16::f32_to_f16};
-use ds4_stream::device::cuda::{CudaConfig, CudaDevice};
-use ds4_stream::device::{Device, DeviceBuffer};
+use ds4_stream::device::{DeviceBuffer, GpuDevice};
 use ds4_stream::gguf::GgmlType;
 use std::sync::Arc;
 
-fn gpu() -> Option<CudaDevice> {
-    match CudaDevice::new(CudaConfig::default()) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            engine_util::skip_or_fail("cuda", &e.to_string());
-            None
-        }
+/// Runs `body` on every GPU present, naming the backend in a failure.
+fn on_every_gpu(body: fn(&dyn GpuDevice)) {
+    for (name, dev) in engine_util::compute_gpus() {
+        eprintln!("== {name}");
+        body(dev.as_ref());
     }
 }
 
@@ -71,7 +69,7 @@ fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<
     w
 }
 
-fn upload(dev: &CudaDevice, bytes: &[u8]) -> Arc<DeviceBuffer> {
+fn upload(dev: &dyn GpuDevice, bytes: &[u8]) -> Arc<DeviceBuffer> {
     let buf = Arc::new(dev.alloc(bytes.len().max(4)).unwrap());
     let mut p = dev.alloc_pinned(bytes.len().max(4)).unwrap();
     p.as_mut_slice().unwrap()[..bytes.len()].copy_from_slice(bytes);
@@ -84,7 +82,7 @@ fn f32s(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn download_f32(dev: &CudaDevice, buf: &DeviceBuffer, n: usize) -> Vec<f32> {
+fn download_f32(dev: &dyn GpuDevice, buf: &DeviceBuffer, n: usize) -> Vec<f32> {
     let mut b = vec![0u8; n * 4];
     dev.read_d2h(buf, 0, &mut b).unwrap();
     b.chunks_exact(4)
@@ -94,7 +92,10 @@ fn download_f32(dev: &CudaDevice, buf: &DeviceBuffer, n: usize) -> Vec<f32> {
 
 #[test]
 fn matvec_matches_the_host_reference_for_every_type() {
-    let Some(dev) = gpu() else { return };
+    on_every_gpu(matvec_matches_the_host_reference_for_every_type_on);
+}
+
+fn matvec_matches_the_host_reference_for_every_type_on(dev: &dyn GpuDevice) {
     let mut rng = Rng(0x6b65_726e_656c_7301);
     // DS4 shapes in small: expert gate/up rows of 4096 columns, down rows of 2048, router F16.
     for (ty, rows, cols) in [
@@ -111,10 +112,10 @@ fn matvec_matches_the_host_reference_for_every_type() {
         // Offset the weights inside their buffer (the engine packs experts back to back).
         let mut padded = vec![0u8; 100];
         padded.extend_from_slice(&w);
-        let (wb, xb) = (upload(&dev, &padded), upload(&dev, &f32s(&x)));
+        let (wb, xb) = (upload(dev, &padded), upload(dev, &f32s(&x)));
         let yb = Arc::new(dev.alloc(rows * 4).unwrap());
         dev.matvec(ty, &wb, 100, &xb, &yb, rows, cols).unwrap();
-        let got = download_f32(&dev, &yb, rows);
+        let got = download_f32(dev, &yb, rows);
         let rb = compute::row_bytes(ty, cols).unwrap();
         let g = if matches!(ty, GgmlType::Q8_0 | GgmlType::F16) {
             32
@@ -141,13 +142,16 @@ fn matvec_matches_the_host_reference_for_every_type() {
 
 #[test]
 fn q8_0_to_f16_is_bit_exact() {
-    let Some(dev) = gpu() else { return };
+    on_every_gpu(q8_0_to_f16_is_bit_exact_on);
+}
+
+fn q8_0_to_f16_is_bit_exact_on(dev: &dyn GpuDevice) {
     let mut rng = Rng(7);
     let n = 32 * 1000;
     let q = random_weights(&mut rng, GgmlType::Q8_0, 1, n);
     let mut want = vec![0u16; n];
     compute::q8_0_to_f16(&q, &mut want).unwrap();
-    let qb = upload(&dev, &q);
+    let qb = upload(dev, &q);
     let out = Arc::new(dev.alloc(n * 2).unwrap());
     dev.q8_0_to_f16(&qb, 0, &out, n).unwrap();
     let mut b = vec![0u8; n * 2];
@@ -161,17 +165,20 @@ fn q8_0_to_f16_is_bit_exact() {
 
 #[test]
 fn elementwise_kernels_and_rms_norm_match_the_host() {
-    let Some(dev) = gpu() else { return };
+    on_every_gpu(elementwise_kernels_and_rms_norm_match_the_host_on);
+}
+
+fn elementwise_kernels_and_rms_norm_match_the_host_on(dev: &dyn GpuDevice) {
     let mut rng = Rng(11);
     let n = 4096;
     let g: Vec<f32> = (0..n).map(|_| rng.unit() * 30.0).collect();
     let u: Vec<f32> = (0..n).map(|_| rng.unit() * 30.0).collect();
-    let (gb, ub) = (upload(&dev, &f32s(&g)), upload(&dev, &f32s(&u)));
+    let (gb, ub) = (upload(dev, &f32s(&g)), upload(dev, &f32s(&u)));
     let out = Arc::new(dev.alloc(n * 4).unwrap());
     let close = |a: f32, b: f32| (a - b).abs() <= 1e-5 * (1.0 + b.abs());
     // swiglu with clamp 10 (DS4's), then sqrt(softplus), rms_norm and weighted add.
     dev.swiglu_clamp(&gb, &ub, &out, n, 10.0).unwrap();
-    let got = download_f32(&dev, &out, n);
+    let got = download_f32(dev, &out, n);
     let mut want = vec![0f32; n];
     compute::ops::swiglu(&g, &u, 10.0, &mut want).unwrap();
     assert!(
@@ -179,22 +186,22 @@ fn elementwise_kernels_and_rms_norm_match_the_host() {
         "swiglu_clamp"
     );
     dev.sqrt_softplus(&gb, &out, n).unwrap();
-    let got = download_f32(&dev, &out, n);
+    let got = download_f32(dev, &out, n);
     compute::ops::sqrt_softplus_slice(&g, &mut want).unwrap();
     assert!(
         got.iter().zip(&want).all(|(&a, &b)| close(a, b)),
         "sqrt_softplus"
     );
     dev.rms_norm(&gb, &ub, &out, n, 1e-6).unwrap();
-    let got = download_f32(&dev, &out, n);
+    let got = download_f32(dev, &out, n);
     compute::ops::rms_norm(&g, &u, 1e-6, &mut want).unwrap();
     assert!(
         got.iter().zip(&want).all(|(&a, &b)| close(a, b)),
         "rms_norm"
     );
-    let y = upload(&dev, &f32s(&u));
+    let y = upload(dev, &f32s(&u));
     dev.weighted_add(&y, &gb, 0.37, n).unwrap();
-    let got = download_f32(&dev, &y, n);
+    let got = download_f32(dev, &y, n);
     let mut want = u.clone();
     compute::ops::weighted_add(&mut want, 0.37, &g).unwrap();
     assert!(got == want, "weighted_add is exact");
@@ -204,13 +211,16 @@ fn elementwise_kernels_and_rms_norm_match_the_host() {
 /// result must be that round's, so the kernel waited (on the GPU) for the copies before it.
 #[test]
 fn kernels_see_the_copies_issued_before_them() {
-    let Some(dev) = gpu() else { return };
+    on_every_gpu(kernels_see_the_copies_issued_before_them_on);
+}
+
+fn kernels_see_the_copies_issued_before_them_on(dev: &dyn GpuDevice) {
     let (rows, cols) = (512, 4096);
     let mut rng = Rng(99);
     let rb = compute::row_bytes(GgmlType::Q8_0, cols).unwrap();
     let wb = Arc::new(dev.alloc(rows * rb).unwrap());
     let x: Vec<f32> = (0..cols).map(|_| rng.unit()).collect();
-    let xb = upload(&dev, &f32s(&x));
+    let xb = upload(dev, &f32s(&x));
     let mut staging = dev.alloc_pinned(rows * rb).unwrap();
     for round in 0..50 {
         let w = random_weights(&mut rng, GgmlType::Q8_0, rows, cols);
@@ -223,7 +233,7 @@ fn kernels_see_the_copies_issued_before_them() {
         let mut want = vec![0f32; rows];
         compute::matvec(GgmlType::Q8_0, &w, rows, cols, &x, &mut want).unwrap();
         dev.synchronize_compute().unwrap();
-        let got = download_f32(&dev, &yb, rows);
+        let got = download_f32(dev, &yb, rows);
         let bad = got
             .iter()
             .zip(&want)

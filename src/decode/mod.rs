@@ -20,20 +20,20 @@
 //! (no attention, no KV cache).
 
 pub mod c_pattern;
-#[cfg(feature = "cuda")]
-mod cuda;
 mod error;
 mod experts;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+mod gpu;
 mod popularity;
 mod stack;
 mod weights;
 
-#[cfg(feature = "cuda")]
-pub use cuda::CudaMoe;
 pub use error::DecodeError;
 pub use experts::{
     ExpertData, ExpertProvider, FetchStats, RamTierStats, ResidentExperts, StreamedExperts,
 };
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub use gpu::{AllocStep, GpuMoe};
 pub use popularity::{checked_key, most_used, parse_popularity};
 pub use stack::{digest_hex, MoeStack, TokenTrace};
 pub use weights::{MoeParams, MoeWeights};

@@ -26,6 +26,8 @@ mod completion;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod foreign;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
 pub mod host;
@@ -35,6 +37,8 @@ pub use buffer::{
     WriteLease,
 };
 pub use foreign::ForeignHostMemory;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub use gpu::GpuDevice;
 pub use host::{CopyGate, HostConfig, HostDevice};
 
 use std::fmt;

@@ -86,6 +86,31 @@ pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
     v
 }
 
+/// The GPUs of the backends compiled in, as kernel-running devices (default memory mode), by
+/// backend name; absence as in [`gpu_devices`].
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub fn compute_gpus() -> Vec<(&'static str, Arc<dyn ds4_stream::device::GpuDevice>)> {
+    #[allow(unused_mut)]
+    let mut out: Vec<(&'static str, Arc<dyn ds4_stream::device::GpuDevice>)> = Vec::new();
+    #[cfg(feature = "cuda")]
+    {
+        use ds4_stream::device::cuda::{CudaConfig, CudaDevice};
+        match CudaDevice::new(CudaConfig::default()) {
+            Ok(d) => out.push(("cuda", Arc::new(d))),
+            Err(e) => skip_or_fail("cuda", &e.to_string()),
+        }
+    }
+    #[cfg(feature = "hip")]
+    {
+        use ds4_stream::device::hip::{HipConfig, HipDevice};
+        match HipDevice::new(HipConfig::default()) {
+            Ok(d) => out.push(("hip", Arc::new(d))),
+            Err(e) => skip_or_fail("hip", &e.to_string()),
+        }
+    }
+    out
+}
+
 /// Notes a missing GPU backend, or fails when `DS4_GPU_TESTS` demands it.
 pub fn skip_or_fail(backend: &str, why: &str) {
     let wanted = std::env::var("DS4_GPU_TESTS").unwrap_or_default();

@@ -20,7 +20,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+mod gpu;
 mod report;
+use gpu::GpuRunner;
 use report::{device_memory, free_memory, report, write_dump, write_trace};
 
 /// The main job's flags (also accepted as `ds4 run ...`).
@@ -439,58 +441,10 @@ fn preload_keys(
     ))
 }
 
-/// The device the run reads into, and the CUDA device when the stack runs on it.
-#[cfg(feature = "cuda")]
-type CudaHandle = std::sync::Arc<crate::device::cuda::CudaDevice>;
-#[cfg(not(feature = "cuda"))]
-type CudaHandle = std::convert::Infallible;
-
-fn open_device(
-    b: BackendArg,
-) -> Result<(std::sync::Arc<dyn Device>, Option<CudaHandle>), CliError> {
-    let want_cuda =
-        match b {
-            BackendArg::Kind(BackendKind::Host) => false,
-            BackendArg::Kind(BackendKind::Cuda) => true,
-            BackendArg::Kind(BackendKind::Hip) => return Err(CliError::bad_input(
-                "--backend hip: the MoE stack has no HIP kernels yet (hipRTC); use host or cuda",
-            )),
-            BackendArg::Auto => cfg!(feature = "cuda"),
-        };
-    #[cfg(feature = "cuda")]
-    if want_cuda {
-        use crate::device::cuda::{CudaConfig, CudaDevice};
-        match CudaDevice::new(CudaConfig::default()) {
-            Ok(d) => {
-                let d = std::sync::Arc::new(d);
-                return Ok((d.clone(), Some(d)));
-            }
-            Err(e) if b == BackendArg::Auto => {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "note: no CUDA device ({e}); running on the host"
-                );
-            }
-            Err(e) => return Err(CliError::runtime(chain(&e))),
-        }
-    }
-    #[cfg(not(feature = "cuda"))]
-    if want_cuda && b != BackendArg::Auto {
-        return Err(CliError::runtime(chain(
-            &crate::device::DeviceError::NotCompiled(BackendKind::Cuda),
-        )));
-    }
-    let host = BackendKind::Host
-        .open_default()
-        .map_err(|e| CliError::runtime(chain(&e)))?;
-    Ok((host, None))
-}
-
-/// The stack on the host (reference kernels + an expert provider) or on CUDA.
+/// The stack on the host (reference kernels + an expert provider) or on a GPU.
 enum Runner<'a> {
     Host(MoeStack<'a>, Box<dyn ExpertProvider + 'a>),
-    #[cfg(feature = "cuda")]
-    Cuda(Box<crate::decode::CudaMoe<'a>>),
+    Gpu(Box<dyn GpuRunner + 'a>),
 }
 
 impl Runner<'_> {
@@ -498,8 +452,7 @@ impl Runner<'_> {
     fn alloc_steps(&self) -> serde_json::Value {
         match self {
             Runner::Host(..) => serde_json::json!([]),
-            #[cfg(feature = "cuda")]
-            Runner::Cuda(c) => serde_json::to_value(c.alloc_steps()).unwrap_or_default(),
+            Runner::Gpu(g) => g.alloc_steps(),
         }
     }
 
@@ -510,15 +463,13 @@ impl Runner<'_> {
     ) -> Result<(Vec<f32>, Vec<TokenTrace>), crate::decode::DecodeError> {
         match self {
             Runner::Host(stack, p) => stack.token(t, p.as_mut(), forced),
-            #[cfg(feature = "cuda")]
-            Runner::Cuda(c) => c.token(t, forced),
+            Runner::Gpu(g) => g.token(t, forced),
         }
     }
     fn stats(&self) -> crate::decode::FetchStats {
         match self {
             Runner::Host(_, p) => p.stats(),
-            #[cfg(feature = "cuda")]
-            Runner::Cuda(c) => c.stats(),
+            Runner::Gpu(g) => g.stats(),
         }
     }
 }
@@ -559,7 +510,7 @@ pub fn run(a: Args) -> CliResult {
         slots: ((128usize << 20) / chunk).clamp(32, 2048),
         ..EngineConfig::default()
     };
-    let (device, cuda) = open_device(a.backend)?;
+    let (device, gpu) = gpu::open_device(a.backend)?;
     let backend = device.kind();
     // Held until the run ends; the plan below sees it as memory in use.
     let _taken = simulate_used(&a, device.as_ref())?;
@@ -593,7 +544,7 @@ pub fn run(a: Args) -> CliResult {
         None => PolicyKind::DEFAULT,
     };
     if a.ssd_streaming_c_engine_pattern
-        && cuda.is_none()
+        && gpu.is_none()
         && (a.ssd_streaming_full_layers > 0 || a.ssd_streaming_popularity.is_some())
     {
         return Err(CliError::bad_input(
@@ -604,35 +555,23 @@ pub fn run(a: Args) -> CliResult {
     let preload = preload_keys(&a, &model, slots)?;
     let mut preloaded = 0usize;
     let t_load = Instant::now();
-    let mut runner = match cuda {
-        #[cfg(feature = "cuda")]
-        Some(dev) => {
-            let mut c = crate::decode::CudaMoe::new(
-                dev,
-                &engine,
-                &model,
-                &weights,
-                a.ssd_streaming.then_some(slots),
+    let mut runner = match gpu {
+        Some(g) => {
+            let b = gpu::Build {
+                a: &a,
+                path: &path,
+                engine: &engine,
+                model: &model,
+                weights: &weights,
+                slots,
                 policy,
-            )
-            .map_err(bad)?
-            .with_lookahead(a.ssd_streaming_lookahead);
-            if a.ssd_streaming_c_engine_pattern {
-                c = c.with_c_engine_pattern(&path).map_err(bad)?;
-            }
-            if let Some((n, _)) = &ram {
-                c = c.with_ram_tier(*n, policy).map_err(bad)?;
-            }
-            if a.ssd_streaming {
-                c = c
-                    .with_full_layers(a.ssd_streaming_full_layers)
-                    .map_err(bad)?;
-                preloaded = c.preload(&preload).map_err(bad)?;
-            }
-            Runner::Cuda(Box::new(c))
+                ram: ram.as_ref().map(|r| r.0),
+                preload: &preload,
+            };
+            let (r, n) = gpu::build(g, &b).map_err(bad)?;
+            preloaded = n;
+            Runner::Gpu(r)
         }
-        #[cfg(not(feature = "cuda"))]
-        Some(never) => match never {},
         None => Runner::Host(
             MoeStack::new(&weights, &engine).with_lookahead(a.ssd_streaming_lookahead),
             if a.ssd_streaming && a.ssd_streaming_c_engine_pattern {

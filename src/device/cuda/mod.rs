@@ -27,7 +27,7 @@ use super::buffer::{
     DeferredErrors, DeviceBuffer, DeviceMemory, PinnedBuf, PinnedMemory, WriteLease,
 };
 use super::completion::{Completer, RawEvent};
-use super::{check_range, BackendKind, Device, DeviceError, Event, MemInfo, PINNED_ALIGN};
+use super::{check_range, BackendKind, Device, DeviceError, GpuDevice, MemInfo, PINNED_ALIGN};
 use api::{check, void, Ctx};
 use cudarc::driver::sys::{self, CUresult};
 use std::alloc::Layout;
@@ -107,62 +107,6 @@ impl CudaDevice {
     /// True when the GPU shares memory with the CPU (what `unified` defaults to).
     pub fn integrated(&self) -> bool {
         self.integrated
-    }
-
-    /// Mapped pinned host memory with a device address (`cuMemHostAlloc` DEVICEMAP): host
-    /// visible, so the engine reads straight into it, and a source for
-    /// [`Self::copy_d2d_async`] at link speed. The expert RAM tier's slab. Zeroed.
-    pub fn alloc_mapped(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
-        self.ctx.bind()?;
-        let mem = self.mapped(len, "mapped host memory")?;
-        self.zeroed(mem)
-    }
-
-    /// Queues a copy of `src[src_offset..+len]` to `dst[dst_offset..]` on the copy stream
-    /// (device memory or mapped host memory on either side; a mapped source goes through the
-    /// host-to-device DMA path) and returns its event. Both ranges
-    /// are write-leased (the source too: nothing may change it mid-copy) until the copy has
-    /// run; [`DeviceError::Busy`] when either is leased now. Kernels launched later wait for
-    /// it on the GPU (every launch waits for the copies issued before it).
-    pub fn copy_d2d_async(
-        &self,
-        src: &Arc<DeviceBuffer>,
-        src_offset: usize,
-        dst: &Arc<DeviceBuffer>,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<Event, DeviceError> {
-        let (s, d) = (self.ours(src)?, self.ours(dst)?);
-        let ls = Arc::new(src.lease_write(src_offset, len)?);
-        let ld = Arc::new(dst.lease_write(dst_offset, len)?);
-        self.ctx.bind()?;
-        if len > 0 {
-            // Pinned host memory as the source: the host-to-device DMA path (the canonical
-            // fast one); device memory: device to device.
-            // SAFETY: both ranges lie in live allocations of this context (checked by the
-            // leases, which keep them alive and exclusive until the completion thread has seen
-            // the copy finish); a mapped source is pinned, valid for `len` bytes from its host
-            // address, and device addresses of mapped memory are valid in this context.
-            let r = unsafe {
-                match s.host {
-                    Some(h) => sys::cuMemcpyHtoDAsync_v2(
-                        d.at(dst_offset),
-                        void(h.as_ptr().add(src_offset)),
-                        len,
-                        self.stream.raw,
-                    ),
-                    None => sys::cuMemcpyDtoDAsync_v2(
-                        d.at(dst_offset),
-                        s.at(src_offset),
-                        len,
-                        self.stream.raw,
-                    ),
-                }
-            };
-            check(r, "cuMemcpyHtoDAsync / cuMemcpyDtoDAsync")?;
-        }
-        let ev = self.stream.record()?;
-        Ok(self.done.track_leases(Box::new(ev), vec![ls, ld]))
     }
 
     /// `len` bytes of mapped pinned host memory (the context is current).

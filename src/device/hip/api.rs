@@ -80,7 +80,43 @@ extern "C" {
         stream: hipStream_t,
     ) -> Status;
     pub(super) fn hipMemcpyDtoH(dst: *mut c_void, src: *mut c_void, len: usize) -> Status;
+    pub(super) fn hipMemcpyDtoDAsync(
+        dst: *mut c_void,
+        src: *mut c_void,
+        len: usize,
+        stream: hipStream_t,
+    ) -> Status;
+    pub(super) fn hipStreamWaitEvent(
+        stream: hipStream_t,
+        event: hipEvent_t,
+        flags: c_uint,
+    ) -> Status;
+    pub(super) fn hipModuleLoadData(module: *mut HipModule, image: *const c_void) -> Status;
+    pub(super) fn hipModuleGetFunction(
+        f: *mut HipFunction,
+        module: HipModule,
+        name: *const c_char,
+    ) -> Status;
+    pub(super) fn hipModuleUnload(module: HipModule) -> Status;
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hipModuleLaunchKernel(
+        f: HipFunction,
+        grid_x: c_uint,
+        grid_y: c_uint,
+        grid_z: c_uint,
+        block_x: c_uint,
+        block_y: c_uint,
+        block_z: c_uint,
+        shared_bytes: c_uint,
+        stream: hipStream_t,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) -> Status;
 }
+
+/// `hipModule_t` and `hipFunction_t`: opaque pointers in every HIP release.
+pub(super) type HipModule = *mut c_void;
+pub(super) type HipFunction = *mut c_void;
 
 /// Turns a runtime status into a typed error naming the call.
 pub(super) fn check(r: Status, call: &'static str) -> Result<(), DeviceError> {

@@ -22,16 +22,20 @@
 //! on real hardware only through the CUDA shim (tests/hip_shim), not yet on an AMD GPU.
 
 mod api;
-
+mod kernels;
 mod memory;
+mod rtc;
+
+pub use kernels::HipCompute;
+pub use rtc::compile_kernels_for;
 
 use super::buffer::{DeferredErrors, DeviceBuffer, PinnedBuf, WriteLease};
 use super::completion::{Completer, RawEvent};
-use super::{check_range, BackendKind, Device, DeviceError, MemInfo, PINNED_ALIGN};
+use super::{check_range, BackendKind, Device, DeviceError, GpuDevice, MemInfo, PINNED_ALIGN};
 use api::{check, void, Dev};
 use memory::{alloc_check, HipMemory, HipPinned, PinnedKind};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Settings of a [`HipDevice`].
 #[derive(Clone, Debug, Default)]
@@ -48,6 +52,8 @@ pub struct HipDevice {
     // Drop order: the completion thread first (it waits for every queued copy), then the
     // stream, then the device handle.
     done: Completer,
+    /// The kernels and their stream, made on first use (hipRTC compile).
+    compute: OnceLock<HipCompute>,
     stream: Stream,
     dev: Arc<Dev>,
     deferred: Arc<DeferredErrors>,
@@ -87,6 +93,7 @@ impl HipDevice {
         let name = format!("{} (HIP {})", dev.name(), cfg.ordinal);
         Ok(Self {
             done,
+            compute: OnceLock::new(),
             stream,
             dev,
             deferred: Arc::default(),
@@ -99,6 +106,48 @@ impl HipDevice {
     /// True when the GPU shares memory with the CPU (what `unified` defaults to).
     pub fn integrated(&self) -> bool {
         self.integrated
+    }
+
+    /// `len` bytes of mapped pinned host memory with its device pointer (the device is
+    /// current).
+    fn mapped(&self, len: usize, what: &'static str) -> Result<HipMemory, DeviceError> {
+        let size = len.max(1).next_multiple_of(PINNED_ALIGN);
+        let mut p = std::ptr::null_mut();
+        let flags = api::HOST_MALLOC_MAPPED | api::HOST_MALLOC_PORTABLE;
+        // SAFETY: writes one pointer; the device is current.
+        let r = unsafe { api::hipHostMalloc(&mut p, size, flags) };
+        alloc_check(r, "hipHostMalloc", size, what)?;
+        let host = NonNull::new(p.cast::<u8>()).ok_or(DeviceError::OutOfMemory {
+            bytes: size as u64,
+            what,
+        })?;
+        let mut d = std::ptr::null_mut();
+        // SAFETY: `p` is mapped pinned memory we just allocated.
+        let r = unsafe { api::hipHostGetDevicePointer(&mut d, p, 0) };
+        if let Err(e) = check(r, "hipHostGetDevicePointer") {
+            // SAFETY: frees what we just allocated.
+            unsafe { api::hipHostFree(p) };
+            return Err(e);
+        }
+        Ok(HipMemory {
+            dev: self.dev.clone(),
+            dptr: d,
+            len,
+            host: Some(host),
+            owned: true,
+        })
+    }
+
+    /// Zeroes new memory like the host backend's (tests and callers may rely on it): one
+    /// memset on the copy stream, waited for here (allocation is the slow path anyway).
+    fn zeroed(&self, mem: HipMemory) -> Result<DeviceBuffer, DeviceError> {
+        if mem.len > 0 {
+            // SAFETY: `mem.len` bytes of memory we just allocated; the device is current.
+            let r = unsafe { api::hipMemsetAsync(mem.dptr, 0, mem.len, self.stream.raw) };
+            check(r, "hipMemsetAsync")?;
+            self.stream.synchronize()?;
+        }
+        Ok(DeviceBuffer::from_memory(Box::new(mem)))
     }
 
     fn ours<'a>(&self, buf: &'a DeviceBuffer) -> Result<&'a HipMemory, DeviceError> {
@@ -272,31 +321,7 @@ impl Device for HipDevice {
     fn alloc(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
         self.dev.bind()?;
         let mem = if self.unified {
-            let size = len.max(1).next_multiple_of(PINNED_ALIGN);
-            let mut p = std::ptr::null_mut();
-            let flags = api::HOST_MALLOC_MAPPED | api::HOST_MALLOC_PORTABLE;
-            // SAFETY: writes one pointer; the device is current.
-            let r = unsafe { api::hipHostMalloc(&mut p, size, flags) };
-            alloc_check(r, "hipHostMalloc", size, "mapped device memory")?;
-            let host = NonNull::new(p.cast::<u8>()).ok_or(DeviceError::OutOfMemory {
-                bytes: size as u64,
-                what: "mapped device memory",
-            })?;
-            let mut d = std::ptr::null_mut();
-            // SAFETY: `p` is mapped pinned memory we just allocated.
-            let r = unsafe { api::hipHostGetDevicePointer(&mut d, p, 0) };
-            if let Err(e) = check(r, "hipHostGetDevicePointer") {
-                // SAFETY: frees what we just allocated.
-                unsafe { api::hipHostFree(p) };
-                return Err(e);
-            }
-            HipMemory {
-                dev: self.dev.clone(),
-                dptr: d,
-                len,
-                host: Some(host),
-                owned: true,
-            }
+            self.mapped(len, "mapped device memory")?
         } else {
             let mut d = std::ptr::null_mut();
             if len > 0 {
@@ -312,15 +337,7 @@ impl Device for HipDevice {
                 owned: true,
             }
         };
-        if len > 0 {
-            // Zeroed like the host backend's (tests and callers may rely on it): one memset on
-            // the stream, waited for here (allocation is the slow path anyway).
-            // SAFETY: `len` bytes of memory we just allocated; the device is current.
-            let r = unsafe { api::hipMemsetAsync(mem.dptr, 0, len, self.stream.raw) };
-            check(r, "hipMemsetAsync")?;
-            self.stream.synchronize()?;
-        }
-        Ok(DeviceBuffer::from_memory(Box::new(mem)))
+        self.zeroed(mem)
     }
 
     fn copy_h2d_leased(
@@ -370,7 +387,8 @@ impl Device for HipDevice {
         check_range(offset, dst.len(), src.len(), "device buffer")?;
         let _lease = src.lease_read(offset, dst.len())?;
         let mem = self.ours(src)?;
-        // After every copy queued before: they are on the stream.
+        // After every copy and kernel queued before.
+        self.synchronize_compute()?;
         self.stream.synchronize()?;
         if dst.is_empty() {
             return Ok(());
@@ -395,6 +413,7 @@ impl Device for HipDevice {
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {
+        self.synchronize_compute()?;
         self.stream.synchronize()?;
         self.done.drain();
         self.deferred.take()

@@ -1,4 +1,4 @@
-//! The expert RAM tier of [`super::CudaMoe`] (`--ram-streaming-cache-experts N|<n>GB`): a
+//! The expert RAM tier of [`super::GpuMoe`] (`--ram-streaming-cache-experts N|<n>GB`): a
 //! second cache of whole experts in pinned host memory, under the device cache.
 //!
 //! Inclusive, and the RAM slot is the staging of the read: a device miss that also misses
@@ -13,8 +13,7 @@
 //! never race). Off on unified-memory devices (device memory is host memory there).
 
 use crate::decode::{DecodeError, RamTierStats};
-use crate::device::cuda::CudaDevice;
-use crate::device::{DeviceBuffer, Event};
+use crate::device::{DeviceBuffer, Event, GpuDevice};
 use crate::expert_cache::{ExpertCache, PolicyKind, SlotId};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,7 +29,7 @@ pub(super) struct RamTier {
 
 impl RamTier {
     pub fn new(
-        dev: &CudaDevice,
+        dev: &impl GpuDevice,
         slots: usize,
         k: usize,
         expert_bytes: usize,
@@ -72,7 +71,7 @@ impl RamTier {
     /// Queues the copy of RAM slot `s` into `dst[at..]` (one whole expert).
     pub fn copy_out(
         &mut self,
-        dev: &CudaDevice,
+        dev: &impl GpuDevice,
         s: SlotId,
         dst: &Arc<DeviceBuffer>,
         at: usize,

@@ -1,12 +1,12 @@
-//! How [`CudaMoe`] brings experts into its slab: cache lookups, reads through the engine
+//! How [`GpuMoe`] brings experts into its slab: cache lookups, reads through the engine
 //! (every gate/up of a request before any down), the RAM tier, the C engine's pattern,
 //! speculative lookahead, and completion (`ready` waits, `harvest` does not).
 
 use super::ram_tier::RamTier;
-use super::CudaMoe;
+use super::GpuMoe;
 use crate::decode::c_pattern::{CPatternLoader, Job, C_ENGINE_WORKERS};
 use crate::decode::DecodeError;
-use crate::device::{Device, DeviceBuffer, Event};
+use crate::device::{Device, DeviceBuffer, Event, GpuDevice};
 use crate::engine::{EngineError, ReadRequest, Ticket};
 use crate::expert_cache::{CacheError, ExpertKey, Lookup, PolicyKind, SlotId};
 use crate::model::ExpertKind;
@@ -18,7 +18,7 @@ pub(super) type SliceAt = (u64, usize, usize);
 
 /// A device slot being filled. Reads from the file: gate and up in one ticket, down in a
 /// second one queued after every gate/up of the same request (`down_at`, for when queueing it
-/// failed and [`CudaMoe::ready`] must). Through the RAM tier: the reads land in RAM slot
+/// failed and [`GpuMoe::ready`] must). Through the RAM tier: the reads land in RAM slot
 /// `ram` (`dst` is the RAM slab), then `copy` brings the expert to the device slot; a RAM
 /// hit is the copy alone (no tickets).
 pub(super) struct Pending {
@@ -62,7 +62,7 @@ pub(super) fn read_err(key: ExpertKey) -> impl FnOnce(EngineError) -> DecodeErro
     }
 }
 
-impl<'a> CudaMoe<'a> {
+impl<'a, D: GpuDevice> GpuMoe<'a, D> {
     /// Looks up experts `ids` of `layer`, queueing reads for the misses (into their slots).
     /// Returns the slots in order. A prefetch stops when the cache is full.
     pub(super) fn request(
@@ -125,7 +125,7 @@ impl<'a> CudaMoe<'a> {
             if let Some(ram) = self.ram.as_mut() {
                 match ram.cache.lookup(key) {
                     Ok(Lookup::Hit(rs)) => {
-                        let ev = match ram.copy_out(&self.dev, rs, &self.slab, base) {
+                        let ev = match ram.copy_out(&*self.dev, rs, &self.slab, base) {
                             Ok(ev) => ev,
                             Err(e) => {
                                 // Nothing will fill the device slot: free it.
@@ -255,7 +255,7 @@ impl<'a> CudaMoe<'a> {
     pub fn with_ram_tier(mut self, slots: usize, policy: PolicyKind) -> Result<Self, DecodeError> {
         let k = self.w.params.n_used;
         self.ram = Some(RamTier::new(
-            &self.dev,
+            &*self.dev,
             slots,
             k,
             self.expert_bytes,
@@ -321,7 +321,7 @@ impl<'a> CudaMoe<'a> {
             .cache
             .fill_done(rs)
             .map_err(|e| DecodeError::Cache(e.to_string()))
-            .and_then(|()| ram.copy_out(&self.dev, rs, &self.slab, base));
+            .and_then(|()| ram.copy_out(&*self.dev, rs, &self.slab, base));
         match copied {
             Ok(ev) => {
                 if let Some(p) = self.pending.get_mut(&slot) {

@@ -16,7 +16,7 @@
 //!
 //! Reads: hash-layer experts at token start (their ids come from the token); a layer's misses
 //! queue every gate and up slice before any down slice (the first kernels of an expert need
-//! gate and up only); with [`CudaMoe::with_lookahead`] the next layer's router also runs on
+//! gate and up only); with [`GpuMoe::with_lookahead`] the next layer's router also runs on
 //! this layer's input and its guesses are read while this layer computes (MoeStack's
 //! lookahead, the same accounting).
 //!
@@ -31,8 +31,7 @@ use super::c_pattern::CPatternLoader;
 use super::experts::SpecLookups;
 use super::{DecodeError, FetchStats, MoeWeights, TokenTrace};
 use crate::compute::f16::f16_to_f32;
-use crate::device::cuda::CudaDevice;
-use crate::device::{Device, DeviceBuffer, DeviceError, PinnedBuf};
+use crate::device::{DeviceBuffer, DeviceError, GpuDevice, PinnedBuf};
 use crate::engine::{Engine, ReadRequest};
 use crate::expert_cache::{ExpertCache, ExpertKey, PolicyKind, SlotId};
 use crate::gguf::GgmlType;
@@ -77,8 +76,8 @@ struct Scratch {
 }
 
 /// The stack on one CUDA device.
-pub struct CudaMoe<'a> {
-    dev: Arc<CudaDevice>,
+pub struct GpuMoe<'a, D: GpuDevice> {
+    dev: Arc<D>,
     engine: &'a Engine,
     model: &'a Ds4Model,
     w: &'a MoeWeights,
@@ -113,7 +112,7 @@ pub struct CudaMoe<'a> {
     ram: Option<RamTier>,
 }
 
-/// One allocation step of [`CudaMoe`], measured: the bytes asked for and the drop of the
+/// One allocation step of [`GpuMoe`], measured: the bytes asked for and the drop of the
 /// device's free memory (`cuMemGetInfo`) across the step, which also shows the driver's
 /// rounding and anything else allocated meanwhile (the memory plan's check: docs/PLANNER.md).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -125,7 +124,7 @@ pub struct AllocStep {
 }
 
 /// Free device memory now, if the device can say.
-fn free_now(dev: &CudaDevice) -> Option<u64> {
+fn free_now(dev: &impl GpuDevice) -> Option<u64> {
     dev.memory_info().ok().flatten().map(|m| m.free)
 }
 
@@ -137,7 +136,7 @@ fn step(what: &'static str, requested: u64, before: Option<u64>, after: Option<u
     }
 }
 
-fn upload(dev: &CudaDevice, bytes: &[u8]) -> Result<Arc<DeviceBuffer>, DecodeError> {
+fn upload(dev: &impl GpuDevice, bytes: &[u8]) -> Result<Arc<DeviceBuffer>, DecodeError> {
     let buf = Arc::new(dev.alloc(bytes.len().max(4)).map_err(dev_err("alloc"))?);
     if !bytes.is_empty() {
         let mut p = dev
@@ -161,11 +160,11 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-impl<'a> CudaMoe<'a> {
+impl<'a, D: GpuDevice> GpuMoe<'a, D> {
     /// Uploads the resident weights and makes a slab of `slots` experts (`None`: one slot per
     /// expert, all read now: the resident run).
     pub fn new(
-        dev: Arc<CudaDevice>,
+        dev: Arc<D>,
         engine: &'a Engine,
         model: &'a Ds4Model,
         w: &'a MoeWeights,
@@ -175,7 +174,7 @@ impl<'a> CudaMoe<'a> {
         let p = &w.params;
         let (e, x) = (p.n_embd, p.n_expert);
         let mut alloc_steps = Vec::new();
-        let free0 = free_now(&dev);
+        let free0 = free_now(&*dev);
         let mut weight_bytes = 0u64;
         let mut layers = Vec::with_capacity(w.layers.len());
         for lw in &w.layers {
@@ -191,20 +190,20 @@ impl<'a> CudaMoe<'a> {
                             }
                         })?;
                     Some([
-                        (g.0, upload(&dev, &g.1)?, rows),
-                        (u.0, upload(&dev, &u.1)?, rows),
-                        (d.0, upload(&dev, &d.1)?, e),
+                        (g.0, upload(&*dev, &g.1)?, rows),
+                        (u.0, upload(&*dev, &u.1)?, rows),
+                        (d.0, upload(&*dev, &d.1)?, e),
                     ])
                 }
                 None => None,
             };
             layers.push(GpuLayer {
-                norm: upload(&dev, &f32_bytes(&lw.ffn_norm))?,
-                router: upload(&dev, &lw.router)?,
+                norm: upload(&*dev, &f32_bytes(&lw.ffn_norm))?,
+                router: upload(&*dev, &lw.router)?,
                 shared,
             });
         }
-        let free1 = free_now(&dev);
+        let free1 = free_now(&*dev);
         alloc_steps.push(step(
             "resident weights (MoE part: norms, routers, shared experts)",
             weight_bytes,
@@ -249,7 +248,7 @@ impl<'a> CudaMoe<'a> {
             up_h: dev.alloc_pinned(e * 4).map_err(dev_err("alloc pinned"))?,
         };
         let scratch_bytes = 4 * (3 * e + 4 * x + 3 * ff.max(shared_ff) + (k + 2) * e) as u64;
-        let free2 = free_now(&dev);
+        let free2 = free_now(&*dev);
         alloc_steps.push(step("decode scratch vectors", scratch_bytes, free1, free2));
         let total = model.n_routed_experts() as usize;
         let n_slots = slots.unwrap_or(total).min(total);
@@ -261,7 +260,7 @@ impl<'a> CudaMoe<'a> {
             "expert cache slab",
             slab_len as u64,
             free2,
-            free_now(&dev),
+            free_now(&*dev),
         ));
         let cache = ExpertCache::new(n_slots, k, expert_bytes as u64, policy)
             .map_err(|e| DecodeError::Cache(e.to_string()))?;
@@ -341,13 +340,13 @@ impl<'a> CudaMoe<'a> {
         let n = n.min(self.model.layers.len());
         let x = self.model.shape.n_expert as usize;
         let len = n * x * self.expert_bytes;
-        let before = free_now(&self.dev);
+        let before = free_now(&*self.dev);
         let slab = Arc::new(self.dev.alloc(len).map_err(dev_err("full-layer slab"))?);
         self.alloc_steps.push(step(
             "full-layer slab",
             len as u64,
             before,
-            free_now(&self.dev),
+            free_now(&*self.dev),
         ));
         for l in 0..n {
             let mut reqs = Vec::with_capacity(3 * x);
