@@ -404,8 +404,31 @@ fn demo_path() -> Result<PathBuf, CliError> {
     Ok(base.join("ds4-stream").join("ds4-demo.gguf"))
 }
 
-/// The model file: `-m FILE`, or with `--demo` the demo model (generated first if missing).
-pub(super) fn model_path(demo: bool, model: &std::path::Path) -> Result<PathBuf, CliError> {
+/// `-m/--model FILE` or `--demo`: the model a command works on (the main run, `ds4 plan`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// DS4 GGUF file.
+    #[arg(
+        short = 'm',
+        long = "model",
+        default_value = "ds4flash.gguf",
+        conflicts_with = "demo"
+    )]
+    pub model: PathBuf,
+    /// Use the demo model (generated once into the user's cache directory, then reused).
+    #[arg(long)]
+    pub demo: bool,
+}
+
+impl ModelArgs {
+    /// The model file: `-m FILE`, or with `--demo` the demo model (generated first if
+    /// missing).
+    pub fn path(&self) -> Result<PathBuf, CliError> {
+        model_path(self.demo, &self.model)
+    }
+}
+
+fn model_path(demo: bool, model: &std::path::Path) -> Result<PathBuf, CliError> {
     let path = if demo {
         let p = demo_path()?;
         if !p.exists() {

@@ -13,21 +13,11 @@ use crate::plan::{self, CacheRequest, ModelSizes, Plan, PlanInput, Platform, Sid
 use crate::units::{group_digits, human_bytes, parse_size};
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// DS4 GGUF file (only its header is read).
-    #[arg(
-        short = 'm',
-        long = "model",
-        default_value = "ds4flash.gguf",
-        conflicts_with = "demo"
-    )]
-    pub model: PathBuf,
-    /// Plan for the demo model (generated once into the user's cache directory).
-    #[arg(long)]
-    pub demo: bool,
+    #[command(flatten)]
+    pub model: crate::cli::demo::ModelArgs,
     /// Device memory to plan for (`24GiB`, `80GB` = 80 × 10^9). Without it, the backend's
     /// device is queried (total and free).
     #[arg(long, value_name = "SIZE")]
@@ -174,7 +164,7 @@ pub fn run(a: Args) -> CliResult {
     if a.measure_headroom {
         return measure(&a);
     }
-    let path = super::demo::model_path(a.demo, &a.model)?;
+    let path = a.model.path()?;
     let model = model_sizes(&path)?;
     let (total, free, source) = match &a.gpu_mem {
         Some(t) => (size("gpu-mem", t)?, None, Source::Flag),

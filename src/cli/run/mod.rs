@@ -28,17 +28,8 @@ use report::{device_memory, free_memory, report, write_dump, write_trace};
 /// The main job's flags (also accepted as `ds4 run ...`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// DS4 GGUF file.
-    #[arg(
-        short = 'm',
-        long = "model",
-        default_value = "ds4flash.gguf",
-        conflicts_with = "demo"
-    )]
-    pub model: PathBuf,
-    /// Run on the demo model (generated once into the user's cache directory, then reused).
-    #[arg(long)]
-    pub demo: bool,
+    #[command(flatten)]
+    pub model: crate::cli::demo::ModelArgs,
     /// Stream the routed experts through a bounded expert cache instead of loading them all.
     #[arg(long)]
     pub ssd_streaming: bool,
@@ -488,11 +479,13 @@ struct RunInfo {
     mem: Option<serde_json::Value>,
     /// How the RAM tier's size was chosen (with `--ram-streaming-cache-experts`).
     ram_how: Option<String>,
+    /// The run's largest read (`--read-chunk`, parsed).
+    read_chunk: usize,
 }
 
 /// Opens (generating `--demo`'s model first if needed) and runs.
 pub fn run(a: Args) -> CliResult {
-    let path = super::demo::model_path(a.demo, &a.model)?;
+    let path = a.model.path()?;
     let (file, model) = Ds4Model::open(&path).map_err(|e| CliError::bad_input(chain(&e)))?;
     let (ids, replay) = match &a.routing_trace {
         Some(f) => {
@@ -646,6 +639,7 @@ pub fn run(a: Args) -> CliResult {
         full_layers: a.ssd_streaming_full_layers.min(model.layers.len()),
         mem,
         ram_how: ram.map(|(_, how)| how),
+        read_chunk: chunk,
     };
     report(&a, &path, &model, &ids, &run, &st, &digest)
 }

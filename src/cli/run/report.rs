@@ -95,6 +95,7 @@ pub(super) fn report(
         full_layers,
         ref mem,
         ref ram_how,
+        read_chunk,
     } = *run;
     let kernels = match backend {
         BackendKind::Host => "the host's reference kernels",
@@ -139,7 +140,7 @@ pub(super) fn report(
             v["fetch_p99_us"] = st.fetch_p99_us.into();
             v["prefetched_hash_experts"] = st.prefetched.into();
             v["read_pattern"] = read_pattern(a).into();
-            v["io"] = serde_json::json!({"workers": a.workers, "read_chunk": super::read_chunk(&a.read_chunk)?});
+            v["io"] = serde_json::json!({"workers": a.workers, "read_chunk": read_chunk});
             if let Some(r) = &st.ram {
                 v["ram_tier"] = serde_json::to_value(r).unwrap_or_default();
                 v["ram_tier"]["chosen_by"] = ram_how.clone().into();
