@@ -14,10 +14,12 @@
 //! experts: [`ResidentExperts`] (everything loaded first) or [`StreamedExperts`] (a bounded
 //! cache, misses read through the engine, hash-layer experts fetched at token start).
 //!
-//! On CUDA ([`CudaMoe`], feature `cuda`) the same stack runs on the GPU kernels, with the experts
-//! in a device slab of cache slots; [`c_pattern`] re-implements the C engine's streaming
-//! pattern there for same-run comparisons. Limits: no HIP compute yet (hipRTC); tokens are independent
-//! (no attention, no KV cache).
+//! On a GPU ([`GpuMoe`], features `cuda` / `hip`: one generic stack over
+//! [`GpuDevice`](crate::device::GpuDevice)) the same stack runs on the kernels of
+//! `kernels/ds4_kernels.cu` (NVRTC on CUDA, hipRTC on HIP), with the experts in a device slab of
+//! cache slots; [`c_pattern`] re-implements the C engine's streaming pattern there for same-run
+//! comparisons. Limits: tokens are independent (no attention, no KV cache); HIP has run on an
+//! NVIDIA GPU through tests/hip_shim only, never on an AMD GPU.
 
 pub mod c_pattern;
 mod error;

@@ -23,7 +23,7 @@
 //! Limits: one slab for all layers (a slot fits the largest expert); reads complete in the
 //! order they were started (a fast read waits behind a slow one for its completion); a full
 //! cache (every slot pinned by holders) is an error, not a wait. `decode::StreamedExperts` and
-//! `decode::CudaMoe` keep their own slot loaders; they could move onto this module.
+//! `decode::GpuMoe` keep their own slot loaders; they could move onto this module.
 
 use crate::device::{DeviceBuffer, DeviceError};
 use crate::engine::{Engine, EngineError, ReadRequest};

@@ -5,7 +5,7 @@
 //!
 //! Limits, said in the output too: attention and hyper-connections are not computed (only the
 //! MoE half streams, and tokens are independent). Compute runs on the host's reference kernels
-//! (`--backend host`) or the CUDA kernels (`--backend cuda`); HIP compute is not wired yet.
+//! (`--backend host`) or the GPU kernels (`--backend cuda|hip`, one generic stack: `gpu.rs`).
 //! Outputs (report, dump, trace) are in [`report`].
 
 use super::{chain, CliError, CliResult};
@@ -66,7 +66,7 @@ pub struct Args {
     pub ssd_streaming_full_layers: usize,
     /// Speculative lookahead: guess each next layer's experts from this layer's input (the
     /// next router on the current hidden state) and start their reads before computing this
-    /// layer. Results do not change. Host and cuda backends.
+    /// layer. Results do not change. Every backend.
     #[arg(long, requires = "ssd_streaming")]
     pub ssd_streaming_lookahead: bool,
     /// Read misses with the C DS4 engine's streaming pattern, re-implemented for same-run
@@ -113,9 +113,9 @@ pub struct Args {
     /// a fixed cost each (docs/BENCHMARKS.md): measure before changing it.
     #[arg(long, value_name = "SIZE", default_value = "4MiB")]
     pub read_chunk: String,
-    /// Where the MoE stack runs: host (reference kernels), cuda (the GPU kernels; experts in a
-    /// device slab the engine reads into), or auto (cuda when present, else host). HIP compute
-    /// is not wired yet.
+    /// Where the MoE stack runs: host (reference kernels), cuda or hip (the GPU kernels, NVRTC /
+    /// hipRTC at run time; experts in a device slab the engine reads into), or auto (the first
+    /// of cuda, hip, host that opens).
     #[arg(long, default_value = "host")]
     pub backend: BackendArg,
     /// Hold this much device memory for the whole run (GPU backends), so the plan and every

@@ -1,6 +1,7 @@
-//! The MoE stack on a CUDA GPU: the same arithmetic as [`super::MoeStack`], on the kernels of
-//! `kernels/ds4_kernels.cu`, with the routed experts in a device slab of cache slots that the
-//! engine reads into (staged: file → pinned ring → async copy → slot).
+//! The MoE stack on a GPU (CUDA or HIP: generic over [`GpuDevice`]): the same arithmetic as
+//! [`super::MoeStack`], on the kernels of `kernels/ds4_kernels.cu`, with the routed experts in a
+//! device slab of cache slots that the engine reads into (staged: file → pinned ring → async
+//! copy → slot; unified devices: straight into the slot).
 //!
 //! Per layer: rms_norm, router matvec and sqrt(softplus) on the GPU; the X router
 //! probabilities come back to the host (one small read-back per layer, which also orders every
@@ -20,9 +21,12 @@
 //! this layer's input and its guesses are read while this layer computes (MoeStack's
 //! lookahead, the same accounting).
 //!
+//! RAM tier: [`GpuMoe::with_ram_tier`] (`ram_tier.rs`). The C engine's read pattern:
+//! [`GpuMoe::with_c_engine_pattern`].
+//!
 //! Limits: one host round trip per layer (the router probabilities; two with the lookahead);
-//! no RAM tier; every kernel waits on the GPU for the copies issued before its launch (the
-//! device's ordering contract), not only for its own expert's.
+//! every kernel waits on the GPU for the copies issued before its launch (the device's
+//! ordering contract), not only for its own expert's.
 
 mod fetch;
 mod ram_tier;
@@ -44,7 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn dev_err(what: &str) -> impl FnOnce(DeviceError) -> DecodeError + '_ {
-    move |e| DecodeError::Cache(format!("cuda {what}: {e}"))
+    move |e| DecodeError::Cache(format!("gpu {what}: {e}"))
 }
 
 /// One layer's resident weights on the GPU.
@@ -75,7 +79,7 @@ struct Scratch {
     up_h: PinnedBuf,
 }
 
-/// The stack on one CUDA device.
+/// The stack on one GPU.
 pub struct GpuMoe<'a, D: GpuDevice> {
     dev: Arc<D>,
     engine: &'a Engine,

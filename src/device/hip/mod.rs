@@ -27,7 +27,7 @@ mod memory;
 mod rtc;
 
 pub use kernels::HipCompute;
-pub use rtc::compile_kernels_for;
+pub use rtc::{compile_kernels_for, compile_source_for};
 
 use super::buffer::{DeferredErrors, DeviceBuffer, PinnedBuf, WriteLease};
 use super::completion::{Completer, RawEvent};

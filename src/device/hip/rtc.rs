@@ -18,6 +18,7 @@
 use crate::device::{BackendKind, DeviceError};
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
+use std::sync::{Mutex, PoisonError};
 
 type Program = *mut c_void;
 type Res = c_int;
@@ -197,13 +198,17 @@ impl Rtc {
     }
 
     /// Compiles `src` (named `name` in messages) with `options`; returns the code object.
-    /// A failed compile's error carries hipRTC's log.
+    /// A failed compile's error carries hipRTC's log. One compile at a time per process: two
+    /// concurrent compiles crashed Debian's HIP 5.2 hipRTC (SIGSEGV in `tests/hip_rtc.rs` run
+    /// with two test threads), and the decode kernels compile once per device anyway.
     pub(super) fn compile(
         &self,
         src: &str,
         name: &str,
         options: &[String],
     ) -> Result<Vec<u8>, DeviceError> {
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let csrc = CString::new(src)
             .map_err(|_| rtc_error("hiprtcCreateProgram", -1, "NUL in the source".into()))?;
         let cname = CString::new(name)
@@ -246,13 +251,19 @@ impl Rtc {
                 "hiprtcCompileProgram",
                 r.into(),
                 format!(
-                    "{} (hipRTC from {}); log: {}",
+                    "{} (hipRTC from {}); log: {}{}",
                     self.describe(r),
                     self.from,
                     if log.trim().is_empty() {
-                        "(empty; with no GPU, set DS4_HIP_ARCH=gfx… to name the target)".into()
+                        "(empty)"
                     } else {
-                        log
+                        log.trim()
+                    },
+                    if opts.is_empty() {
+                        "; no target was named: hipRTC asks the HIP runtime for the current \
+                         device's, so set DS4_HIP_ARCH=gfx… (e.g. gfx1151) if it cannot"
+                    } else {
+                        ""
                     }
                 ),
             ));
@@ -306,11 +317,13 @@ pub(super) fn options() -> Vec<String> {
 /// what CI runs to check that kernels/ds4_kernels.cu is valid HIP. Returns the code object and
 /// where hipRTC came from.
 pub fn compile_kernels_for(arch: &str) -> Result<(Vec<u8>, String), DeviceError> {
+    compile_source_for(crate::compute::DS4_KERNELS_CU, arch)
+}
+
+/// [`compile_kernels_for`] with another source (tests: a broken source must fail with hipRTC's
+/// log in the error).
+pub fn compile_source_for(src: &str, arch: &str) -> Result<(Vec<u8>, String), DeviceError> {
     let rtc = Rtc::load()?;
-    let code = rtc.compile(
-        crate::compute::DS4_KERNELS_CU,
-        "ds4_kernels.cu",
-        &[format!("--offload-arch={arch}")],
-    )?;
+    let code = rtc.compile(src, "ds4_kernels.cu", &[format!("--offload-arch={arch}")])?;
     Ok((code, rtc.from.clone()))
 }
