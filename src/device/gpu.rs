@@ -23,7 +23,15 @@ use std::sync::Arc;
 pub const THREADS: u32 = 256;
 
 /// A CUDA or HIP device that runs the decode kernels.
-pub trait GpuDevice: Device + 'static {
+///
+/// # Safety
+/// The provided launches trust the implementation: [`Self::kernel_ptr`] must return an address
+/// valid on this device for `len` bytes from `offset` of `buf` (after checking the range and
+/// that `buf` is this device's memory) and keep `buf` alive until [`Self::synchronize_compute`];
+/// [`Self::launch`] must order the kernel after the copies issued before it. (The same reason
+/// [`PinnedMemory`](super::PinnedMemory) and [`DeviceMemory`](super::DeviceMemory) are
+/// `unsafe trait`s.)
+pub unsafe trait GpuDevice: Device + 'static {
     /// `len` bytes of mapped pinned host memory with a device address (zeroed): the RAM tier.
     fn alloc_mapped(&self, len: usize) -> Result<DeviceBuffer, DeviceError>;
 

@@ -189,7 +189,11 @@ impl CudaCompute {
 
 /// The device's half of [`GpuDevice`]: checked addresses and launches on the compute stream
 /// (made on first use: the NVRTC compile), mapped memory and device-side copies.
-impl GpuDevice for super::CudaDevice {
+// SAFETY: `kernel_ptr` is `CudaCompute::addr`: it checks the range against the buffer, refuses memory of
+// another backend or device, and keeps the buffer in `keep` until the compute stream is
+// synchronised; `launch` and `zero` make the compute stream wait for an event recorded on the
+// copy stream first.
+unsafe impl GpuDevice for super::CudaDevice {
     fn alloc_mapped(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
         self.ctx.bind()?;
         let mem = self.mapped(len, "mapped host memory")?;

@@ -186,7 +186,11 @@ impl Drop for HipCompute {
 
 /// The device's half of [`GpuDevice`]: checked addresses and launches on the compute stream
 /// (made on first use: the hipRTC compile), mapped memory and device-side copies.
-impl GpuDevice for HipDevice {
+// SAFETY: `kernel_ptr` is `HipCompute::addr`: it checks the range against the buffer, refuses memory of
+// another backend or device, and keeps the buffer in `keep` until the compute stream is
+// synchronised; `launch` and `zero` make the compute stream wait for an event recorded on the
+// copy stream first.
+unsafe impl GpuDevice for HipDevice {
     fn alloc_mapped(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
         self.dev.bind()?;
         let mem = self.mapped(len, "mapped host memory")?;
