@@ -35,6 +35,25 @@ pub(crate) const SPLIT_MIN_MIDDLE: u64 = 256 * 1024;
 /// every direct-IO alignment.
 pub(crate) const MAX_CALL: usize = 1 << 30;
 
+/// Checks a request's byte range before any system call: every offset it touches must fit a
+/// signed 64-bit file offset (Linux `off_t`, Windows `LARGE_INTEGER`). `Ok(false)` for an empty
+/// request, which reads nothing.
+pub(crate) fn check_span(offset: u64, len: usize) -> io::Result<bool> {
+    if len == 0 {
+        return Ok(false);
+    }
+    if offset
+        .checked_add(len as u64)
+        .is_none_or(|end| end > i64::MAX as u64)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "range exceeds the largest file offset (2^63 - 1)",
+        ));
+    }
+    Ok(true)
+}
+
 /// How one request is served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Plan {
@@ -137,6 +156,24 @@ pub(crate) fn exact_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_span_takes_empty_and_signed_64_bit_ranges_only() {
+        assert!(
+            !check_span(u64::MAX, 0).unwrap(),
+            "empty: nothing to read, never an error"
+        );
+        assert!(check_span(0, 1).unwrap());
+        assert!(check_span(i64::MAX as u64 - 4096, 4096).unwrap());
+        for (offset, len) in [
+            (i64::MAX as u64 - 4095, 4096),
+            (i64::MAX as u64, 1),
+            (u64::MAX, 1),
+        ] {
+            let e = check_span(offset, len).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "({offset}, {len})");
+        }
+    }
 
     /// A fake system call over a pattern "file" of `len` bytes that returns at most `max` bytes
     /// and fails with EINTR every `eintr_every`-th call.

@@ -256,18 +256,8 @@ impl UnixHandle {
     }
 
     fn read_inner(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        if buf.is_empty() {
+        if !super::check_span(offset, buf.len())? {
             return Ok(());
-        }
-        // Every offset this request touches must fit a signed 64-bit off_t.
-        if offset
-            .checked_add(buf.len() as u64)
-            .is_none_or(|end| end > i64::MAX as u64)
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "range exceeds the largest file offset (2^63 - 1)",
-            ));
         }
         let p = match self.direct {
             Direct::Ready {

@@ -291,18 +291,8 @@ impl WinHandle {
     }
 
     fn read_inner(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        if buf.is_empty() {
+        if !super::check_span(offset, buf.len())? {
             return Ok(());
-        }
-        // Windows file offsets are signed 64-bit (LARGE_INTEGER).
-        if offset
-            .checked_add(buf.len() as u64)
-            .is_none_or(|end| end > i64::MAX as u64)
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "range exceeds the largest file offset (2^63 - 1)",
-            ));
         }
         let p = match self.direct {
             Direct::Ready { align, .. } => plan(
