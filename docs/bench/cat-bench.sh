@@ -10,6 +10,9 @@
 # Hot: the tensor read once buffered first; `ds4 cat` vs `dd bs=4M` (read() into one reused
 # buffer) of the same byte range, both to /dev/null.
 # Extra DS4 binaries (e.g. an older build) are timed alongside the first.
+# Other reader shapes: wrapper scripts as extra binaries, e.g. /tmp/ds4-8x12x1024 holding
+#   DS4_CAT_SHAPE=8,12,1024 exec /path/to/ds4 "$@"
+# The cold lines also print the ratio to the best psync 1/4-job run (the fio set).
 # Prints one line per measurement and the medians with ratios.
 set -euo pipefail
 file=$1 tensor=$2 reps=${3:-3}
@@ -75,10 +78,15 @@ for k, v in sorted(rows.items()):
 fio = {k[1]: m for k, m in med.items() if k[0] == "cold" and k[1].startswith("fio-")}
 best = max(fio, key=fio.get)
 dd = med[("hot", "dd-4m")]
+# The issue's own set (1 and 4 jobs, 4 and 8 MiB, plain pread) beside the best of all.
+psync = {k: v for k, v in fio.items() if k.startswith("fio-psync")}
+pbest = max(psync, key=psync.get) if psync else None
 for k, m in sorted(med.items()):
     if k[1].startswith("cat:"):
         base = fio[best] if k[0] == "cold" else dd
         what = best if k[0] == "cold" else "dd-4m"
         print(f"  {k[0]} {k[1]}: {m / base:.2f}x {what} (median {base:.3f})")
+        if k[0] == "cold" and pbest:
+            print(f"  cold {k[1]}: {m / psync[pbest]:.2f}x {pbest}, the best psync 1/4-job run (median {psync[pbest]:.3f})")
 EOF
 rm -f "$results"

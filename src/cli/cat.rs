@@ -64,12 +64,41 @@ pub fn shape_for(cached: Option<f64>, cores: usize) -> CatShape {
 
 /// [`shape_for`] the bytes `[offset, offset + len)` of `path` on this machine (one `cachestat`
 /// call on Linux; [`COLD`] where the OS cannot say).
+///
+/// `DS4_CAT_SHAPE=WORKERS,WINDOW,CHUNK_KIB` overrides it (for benchmarks of other shapes:
+/// docs/bench/cat-bench.sh); a malformed value is ignored.
 pub fn shape_of(path: &std::path::Path, offset: u64, len: u64) -> CatShape {
+    if let Some(s) = std::env::var("DS4_CAT_SHAPE")
+        .ok()
+        .and_then(|v| parse_shape(&v))
+    {
+        return s;
+    }
     let cached = std::fs::File::open(path)
         .ok()
         .and_then(|f| ds4_io::cached_fraction(&f, offset, len));
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     shape_for(cached, cores)
+}
+
+/// `WORKERS,WINDOW,CHUNK_KIB` (all ≥ 1, the chunk a multiple of 4 KiB and ≤ 64 MiB).
+fn parse_shape(v: &str) -> Option<CatShape> {
+    let n: Vec<usize> = v
+        .split(',')
+        .map(|x| x.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    match n[..] {
+        [workers, window, kib]
+            if workers >= 1 && window >= 1 && kib >= 4 && kib % 4 == 0 && kib <= 64 << 10 =>
+        {
+            Some(CatShape {
+                workers,
+                window,
+                chunk: kib << 10,
+            })
+        }
+        _ => None,
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -348,6 +377,31 @@ pub fn run(a: Args) -> CliResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shape_override_parses_or_is_ignored() {
+        assert_eq!(
+            parse_shape("4, 6,8192"),
+            Some(CatShape {
+                workers: 4,
+                window: 6,
+                chunk: 8 << 20
+            })
+        );
+        for bad in [
+            "",
+            "4,6",
+            "4,6,8192,1",
+            "0,6,4096",
+            "4,0,4096",
+            "4,6,6",
+            "4,6,0",
+            "a,b,c",
+        ] {
+            assert_eq!(parse_shape(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_shape(&format!("1,1,{}", (64 << 10) + 4)), None);
+    }
 
     #[test]
     fn shape_follows_residency_and_cores() {
