@@ -72,6 +72,7 @@ impl EngineBench {
             .open(OpenOptions {
                 ordinal: 0,
                 unified: Some(host_visible),
+                host_unified: None,
             })
             .map_err(|e| device_err(&format!("opening the {backend} device"), e))?;
         let len = usize::try_from(dest_len)

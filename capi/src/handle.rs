@@ -131,6 +131,7 @@ fn engine_config(
     let dev = OpenOptions {
         ordinal,
         unified: None,
+        host_unified: None,
     };
     Ok((cfg, backend, dev, o.expert_cache_slots as usize))
 }

@@ -203,6 +203,7 @@ fn copy_via_device(
         .open(crate::device::OpenOptions {
             ordinal: 0,
             unified: Some(false),
+            host_unified: None,
         })
         .map_err(|e| CliError::runtime(super::chain(&e)))?;
     let cfg = EngineConfig {

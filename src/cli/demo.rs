@@ -191,31 +191,18 @@ pub fn run(a: Args) -> CliResult {
         return Ok(());
     }
 
-    // On the host backend, by default a discrete-GPU emulation: device memory is not
-    // host-visible, so every byte goes through the pinned staging ring and the copy thread.
-    let unified = match (a.unified, a.backend) {
-        (true, _) => Some(true),
-        (false, BackendArg::Kind(BackendKind::Host)) => Some(false),
-        (false, _) => None,
-    };
+    // A GPU: unified when it is integrated or --unified forces it. The host backend (asked for,
+    // or `auto`'s fallback): a discrete-GPU emulation unless --unified, so every byte goes
+    // through the pinned staging ring and the copy thread.
+    let unified = a.unified.then_some(true);
     let device: Arc<dyn Device> = a
         .backend
         .open(OpenOptions {
             ordinal: 0,
             unified,
+            host_unified: Some(a.unified),
         })
         .map_err(|e| CliError::runtime(super::chain(&e)))?;
-    // `auto` that fell back to the host: the discrete emulation unless --unified.
-    let device = if device.kind() == BackendKind::Host && device.unified_memory() && !a.unified {
-        BackendKind::Host
-            .open(OpenOptions {
-                ordinal: 0,
-                unified: Some(false),
-            })
-            .map_err(|e| CliError::runtime(super::chain(&e)))?
-    } else {
-        device
-    };
     let cfg = EngineConfig {
         workers: a.workers,
         ..EngineConfig::default()

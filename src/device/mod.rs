@@ -134,6 +134,10 @@ pub struct OpenOptions {
     /// device is (integrated GPU, host backend: on); `Some(true)` forces it on a discrete GPU
     /// (mapped pinned memory), `Some(false)` turns it off (host backend: emulated discrete GPU).
     pub unified: Option<bool>,
+    /// The host backend's mode when it is the one opened (asked for, or `auto`'s fallback):
+    /// `None` = as `unified` says. `Some(false)` keeps the emulated discrete GPU for the host
+    /// while a GPU still gets `unified` (`ds4 demo`'s staged path on every backend).
+    pub host_unified: Option<bool>,
 }
 
 impl BackendKind {
@@ -141,7 +145,7 @@ impl BackendKind {
     pub fn open(self, opts: OpenOptions) -> Result<Arc<dyn Device>, DeviceError> {
         match self {
             BackendKind::Host => Ok(Arc::new(HostDevice::new(HostConfig {
-                host_visible: opts.unified.unwrap_or(true),
+                host_visible: opts.host_unified.or(opts.unified).unwrap_or(true),
                 ..HostConfig::default()
             })?)),
             #[cfg(feature = "cuda")]
@@ -386,5 +390,46 @@ pub(crate) fn check_range(
             size: size as u64,
             what,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_mode_follows_host_unified_then_unified() {
+        let open = |unified, host_unified| {
+            BackendKind::Host
+                .open(OpenOptions {
+                    ordinal: 0,
+                    unified,
+                    host_unified,
+                })
+                .unwrap()
+                .unified_memory()
+        };
+        assert!(
+            open(None, None),
+            "the host backend is host-visible by default"
+        );
+        assert!(!open(Some(false), None));
+        assert!(
+            !open(Some(true), Some(false)),
+            "host_unified wins on the host"
+        );
+        assert!(open(None, Some(true)));
+        // `auto` on a machine without a GPU falls back to the host in host_unified's mode
+        // (`ds4 demo`'s discrete emulation); where a GPU opens, this says nothing.
+        let d = BackendArg::Auto
+            .open(OpenOptions {
+                ordinal: 0,
+                unified: None,
+                host_unified: Some(false),
+            })
+            .unwrap();
+        if d.kind() == BackendKind::Host {
+            assert!(!d.unified_memory());
+        }
     }
 }

@@ -46,6 +46,7 @@ fn devices() -> Vec<Arc<dyn Device>> {
                 .open(OpenOptions {
                     ordinal: 0,
                     unified,
+                    host_unified: None,
                 })
                 .unwrap()
         })
