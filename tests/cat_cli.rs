@@ -143,6 +143,32 @@ fn bad_requests_exit_2_with_one_line() {
 }
 
 #[test]
+fn reader_shape_override_is_used_or_refused() {
+    let (_d, p, generator) = tiny();
+    let name = "blk.3.ffn_down_exps.weight";
+    let n = generator.tensor_len(name).unwrap();
+    // A small shape (1 reader, 2 in flight, 4 KiB requests) still gives every byte.
+    let o = ds4()
+        .env("DS4_CAT_SHAPE", "1,2,4")
+        .args(["cat", p.to_str().unwrap(), name])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout == want(&generator, name, 0, n));
+    for bad in ["8,12", "0,1,4", "1,1,6", "x"] {
+        let o = ds4()
+            .env("DS4_CAT_SHAPE", bad)
+            .args(["cat", p.to_str().unwrap(), name])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        let err = stderr_line(&o);
+        assert!(err.contains("DS4_CAT_SHAPE"), "{bad}: {err}");
+        assert!(o.stdout.is_empty());
+    }
+}
+
+#[test]
 fn bad_files() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.gguf");

@@ -63,7 +63,8 @@ fn run_cat(
     dest: DestPtr<'_>,
 ) -> Result<super::threads::RunOut, BenchError> {
     // The shape `ds4 cat` would choose for these bytes now (after the run's cache preparation).
-    let shape = ds4_stream::cli::cat::shape_of(path, 0, plan.file_len);
+    let shape =
+        ds4_stream::cli::cat::shape_of(path, 0, plan.file_len).map_err(BenchError::Usage)?;
     let engine = ds4_stream::cli::cat::open_engine(path, shape)
         .map_err(|e| BenchError::Runtime(ds4_stream::cli::chain(&e)))?;
     let cpu0 = super::cache::cpu_seconds(false);

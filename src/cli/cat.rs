@@ -66,22 +66,27 @@ pub fn shape_for(cached: Option<f64>, cores: usize) -> CatShape {
 /// call on Linux; [`COLD`] where the OS cannot say).
 ///
 /// `DS4_CAT_SHAPE=WORKERS,WINDOW,CHUNK_KIB` overrides it (for benchmarks of other shapes:
-/// docs/bench/cat-bench.sh); a malformed value is ignored.
-pub fn shape_of(path: &std::path::Path, offset: u64, len: u64) -> CatShape {
-    if let Some(s) = std::env::var("DS4_CAT_SHAPE")
-        .ok()
-        .and_then(|v| parse_shape(&v))
-    {
-        return s;
+/// docs/bench/cat-bench.sh); a value that does not parse is an error naming the variable, so a
+/// sweep never measures the default shape by mistake.
+pub fn shape_of(path: &std::path::Path, offset: u64, len: u64) -> Result<CatShape, String> {
+    if let Some(v) = std::env::var_os("DS4_CAT_SHAPE") {
+        let v = v.to_string_lossy();
+        return parse_shape(&v).ok_or_else(|| {
+            format!(
+                "DS4_CAT_SHAPE={v:?}: expected WORKERS,WINDOW,CHUNK_KIB (workers 1..=1024, \
+                 window 1..=4096, chunk a multiple of 4 KiB up to 65536 KiB)"
+            )
+        });
     }
     let cached = std::fs::File::open(path)
         .ok()
         .and_then(|f| ds4_io::cached_fraction(&f, offset, len));
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    shape_for(cached, cores)
+    Ok(shape_for(cached, cores))
 }
 
-/// `WORKERS,WINDOW,CHUNK_KIB` (all ≥ 1, the chunk a multiple of 4 KiB and ≤ 64 MiB).
+/// `WORKERS,WINDOW,CHUNK_KIB`: workers 1..=1024, window 1..=4096, the chunk a multiple of 4 KiB
+/// up to 64 MiB.
 fn parse_shape(v: &str) -> Option<CatShape> {
     let n: Vec<usize> = v
         .split(',')
@@ -89,7 +94,11 @@ fn parse_shape(v: &str) -> Option<CatShape> {
         .collect::<Option<_>>()?;
     match n[..] {
         [workers, window, kib]
-            if workers >= 1 && window >= 1 && kib >= 4 && kib % 4 == 0 && kib <= 64 << 10 =>
+            if (1..=1024).contains(&workers)
+                && (1..=4096).contains(&window)
+                && kib >= 4
+                && kib % 4 == 0
+                && kib <= 64 << 10 =>
         {
             Some(CatShape {
                 workers,
@@ -361,7 +370,7 @@ pub fn run(a: Args) -> CliResult {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     let r = if a.backend == crate::device::BackendArg::Kind(BackendKind::Host) {
-        let shape = shape_of(&a.file, offset, len);
+        let shape = shape_of(&a.file, offset, len).map_err(CliError::bad_input)?;
         let engine = cat_engine(&a, shape)?;
         copy_range(&engine, shape, offset, len, &mut out)
     } else {
@@ -398,6 +407,8 @@ mod tests {
             "4,6,6",
             "4,6,0",
             "a,b,c",
+            "1025,1,4",
+            "1,4097,4",
         ] {
             assert_eq!(parse_shape(bad), None, "{bad:?}");
         }
