@@ -14,8 +14,19 @@
  *   and answered with DS4S_ERR_BAD_HANDLE, never undefined behaviour.
  * - No Rust panic crosses this boundary: an internal failure is DS4S_ERR_INTERNAL.
  * - Every struct passed in or out starts with struct_size: set it to sizeof(the struct) (the
- *   *_init functions do). The library reads or writes only min(struct_size, its own size)
- *   bytes, so a program built against an older or newer header keeps working.
+ *   *_init functions do), so a program built against an older or newer header keeps working.
+ *   The library touches exactly struct_size bytes (4 <= struct_size <= DS4S_STRUCT_SIZE_MAX,
+ *   else DS4S_ERR_INVALID_ARGUMENT):
+ *   - A struct it fills (ds4s_layout, ds4s_tensor, ds4s_stats): the first min(struct_size, its
+ *     own size) bytes get its values; struct_size keeps the caller's value; bytes past its own
+ *     size (fields of a newer header) are set to 0.
+ *   - A struct it reads (ds4s_options): fields past a smaller struct_size read as 0 (their
+ *     default); bytes past its own size (fields of a newer header) must be 0, else
+ *     DS4S_ERR_INVALID_ARGUMENT naming the first such byte's offset (the library cannot honour
+ *     an option it does not know).
+ *   ds4s_options_init writes the library's whole ds4s_options: a program that may run against
+ *   a newer library than its header initialises by memset(0) and struct_size = sizeof instead
+ *   (the same values).
  * - Thread safety: every function may be called from any thread, concurrently, on the same or
  *   different handles, except where a function says otherwise. ds4s_close must not race other
  *   calls on the same handle (they get DS4S_ERR_BAD_HANDLE if they start after it; calls already
@@ -53,6 +64,9 @@ extern "C" {
 
 /* The ABI version this header describes; ds4s_abi_version() says what the library has. */
 #define DS4S_ABI_VERSION 1u
+
+/* The largest struct_size any call accepts (a guard against an uninitialised size). */
+#define DS4S_STRUCT_SIZE_MAX 4096u
 
 typedef uint64_t ds4s_handle;     /* an open model file (0 is never valid) */
 typedef uint64_t ds4s_completion; /* a batch of reads in flight (0 is never valid) */
@@ -219,7 +233,7 @@ DS4S_API int ds4s_open(const char *path, const ds4s_options *opts, ds4s_handle *
  * any later call with h, returns DS4S_ERR_BAD_HANDLE. Blocks until done. */
 DS4S_API int ds4s_close(ds4s_handle h);
 
-/* Fills *out (out->struct_size set by the caller). Thread-safe. */
+/* Fills *out (out->struct_size set by the caller; see Conventions for other sizes). Thread-safe. */
 DS4S_API int ds4s_get_layout(ds4s_handle h, ds4s_layout *out);
 
 /* Absolute file offset and length of expert `expert`'s slice `kind` (DS4S_GATE/UP/DOWN) in
@@ -280,7 +294,7 @@ DS4S_API int ds4s_experts_release(ds4s_handle h, ds4s_lease lease);
 DS4S_API int ds4s_experts_prefetch(ds4s_handle h, uint32_t layer, const uint32_t *ids, size_t k,
                                    uint32_t *started);
 
-/* Fills *out (out->struct_size set by the caller). Thread-safe. */
+/* Fills *out (out->struct_size set by the caller; see Conventions for other sizes). Thread-safe. */
 DS4S_API int ds4s_get_stats(ds4s_handle h, ds4s_stats *out);
 
 #ifdef __cplusplus

@@ -10,8 +10,9 @@
 //! Rules every exported function follows (see [`error::call`]): no panic crosses the boundary;
 //! NULL and bad sizes are `DS4S_ERR_INVALID_ARGUMENT`; handles are registry ids
 //! ([`registry`]), so stale or made-up ones are `DS4S_ERR_BAD_HANDLE`; a failure leaves a message
-//! for this thread and for the handle. Structs begin with `struct_size` and are copied with
-//! `read_unaligned` / `write_unaligned`, only as many bytes as both sides know.
+//! for this thread and for the handle. Structs begin with `struct_size` and are copied byte
+//! by byte, only as many bytes as both sides know (the extensible-struct rule: `read_in`,
+//! `write_out`).
 //!
 //! Limits: caller device memory must belong to the handle's GPU and context (the primary
 //! context); completion is host-side (no event handle).
@@ -146,53 +147,94 @@ pub struct Ds4sStats {
     pub failed_requests: u64,
 }
 
-/// A `#[repr(C)]` struct whose first field is `struct_size: u32`.
-pub(crate) trait Versioned: Copy {
+/// A `#[repr(C)]` struct whose first field is `struct_size: u32`, of integer fields only and no
+/// padding (capi/tests/header.rs checks the sizes), so any bytes are a valid value of it.
+pub(crate) trait Versioned: Copy + Default {
+    /// Its C name, for messages.
+    const NAME: &'static str;
     fn set_size(&mut self, n: u32);
 }
 
 macro_rules! versioned {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $name:literal),*) => {$(
         impl Versioned for $t {
+            const NAME: &'static str = $name;
             fn set_size(&mut self, n: u32) {
                 self.struct_size = n;
             }
         }
     )*};
 }
-versioned!(Ds4sOptions, Ds4sLayout, Ds4sTensor, Ds4sStats);
+versioned!(
+    Ds4sOptions => "ds4s_options",
+    Ds4sLayout => "ds4s_layout",
+    Ds4sTensor => "ds4s_tensor",
+    Ds4sStats => "ds4s_stats"
+);
 
-/// The `struct_size` a caller put in its struct at `p`, checked against ours.
+/// The smallest `struct_size` accepted: the field itself.
+pub const STRUCT_SIZE_MIN: u32 = 4;
+/// The largest `struct_size` accepted (`DS4S_STRUCT_SIZE_MAX`): far above any struct of this
+/// ABI, low enough that an uninitialised size is refused before we touch that much memory.
+pub const STRUCT_SIZE_MAX: u32 = 4096;
+
+/// The `struct_size` a caller put in its struct at `p`, checked against the bounds.
 ///
 /// # Safety
 /// `p` is NULL or points to at least 4 readable bytes (the header's contract for every struct).
-unsafe fn caller_size<T>(p: *const T, what: &str) -> Result<(), Failure> {
+unsafe fn caller_size<T: Versioned>(p: *const T, what: &str) -> Result<usize, Failure> {
     if p.is_null() {
         return Err(Failure::invalid(format!("{what} is NULL")));
     }
     // SAFETY: non-null, and the caller promised a struct starting with its u32 size there.
     let size = unsafe { std::ptr::read_unaligned(p.cast::<u32>()) };
-    let ours = std::mem::size_of::<T>();
-    if (size as usize) < ours {
+    if !(STRUCT_SIZE_MIN..=STRUCT_SIZE_MAX).contains(&size) {
         return Err(Failure::invalid(format!(
-            "{what}->struct_size is {size}, smaller than this ABI's {ours}: set it to sizeof"
+            "{what}->struct_size is {size}, outside {STRUCT_SIZE_MIN}..={STRUCT_SIZE_MAX}: set it \
+             to sizeof({}) (this library's is {})",
+            T::NAME,
+            std::mem::size_of::<T>()
         )));
     }
-    Ok(())
+    Ok(size as usize)
 }
 
-/// Reads a versioned input struct (only the bytes this ABI knows).
+/// Reads a versioned input struct, the extensible-struct rule: the first
+/// min(struct_size, ours) bytes are the caller's, fields past a smaller struct_size are 0 (their
+/// default), and bytes past ours (a newer header's fields) must be 0, else the caller asked for
+/// something this library does not know.
 ///
 /// # Safety
 /// `p` is NULL or valid for reads of its `struct_size` bytes.
 pub(crate) unsafe fn read_in<T: Versioned>(p: *const T, what: &str) -> Result<T, Failure> {
     // SAFETY: forwarded contract.
-    unsafe { caller_size(p, what)? };
-    // SAFETY: struct_size >= size_of::<T>() was checked, so that many bytes are readable.
-    Ok(unsafe { std::ptr::read_unaligned(p) })
+    let size = unsafe { caller_size(p, what)? };
+    let ours = std::mem::size_of::<T>();
+    let src = p.cast::<u8>();
+    if size > ours {
+        // SAFETY: the caller promised `size` readable bytes at `p`.
+        let tail = unsafe { std::slice::from_raw_parts(src.add(ours), size - ours) };
+        if let Some(i) = tail.iter().position(|&b| b != 0) {
+            return Err(Failure::invalid(format!(
+                "{what}: byte {} of {size} is {:#04x}, past the {ours} bytes of this library's \
+                 {}: a field of a newer header set to a non-default value this library does \
+                 not know (leave it 0)",
+                ours + i,
+                tail[i],
+                T::NAME
+            )));
+        }
+    }
+    let mut v = T::default();
+    // SAFETY: min(size, ours) bytes are readable at `p` (the caller's promise) and writable in
+    // `v`; T is integers only (Versioned's contract), so any bytes make a valid value.
+    unsafe { std::ptr::copy_nonoverlapping(src, (&mut v as *mut T).cast::<u8>(), size.min(ours)) };
+    Ok(v)
 }
 
-/// Writes a versioned output struct (only the bytes this ABI knows; struct_size says how many).
+/// Writes a versioned output struct: the first min(struct_size, ours) bytes of `v`, with
+/// struct_size left as the caller set it; bytes past ours (a newer header's fields) are zeroed,
+/// so they read as "not filled by this library".
 ///
 /// # Safety
 /// `p` is NULL or valid for reads and writes of its `struct_size` bytes.
@@ -202,10 +244,18 @@ pub(crate) unsafe fn write_out<T: Versioned>(
     what: &str,
 ) -> Result<(), Failure> {
     // SAFETY: forwarded contract.
-    unsafe { caller_size(p, what)? };
-    v.set_size(std::mem::size_of::<T>() as u32);
-    // SAFETY: struct_size >= size_of::<T>() was checked, so that many bytes are writable.
-    unsafe { std::ptr::write_unaligned(p, v) };
+    let size = unsafe { caller_size(p, what)? };
+    let ours = std::mem::size_of::<T>();
+    v.set_size(size as u32);
+    let dst = p.cast::<u8>();
+    // SAFETY: the caller promised `size` writable bytes at `p`; we write min(size, ours) from
+    // `v` and zero the rest of `size`.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&v as *const T).cast::<u8>(), dst, size.min(ours));
+        if size > ours {
+            std::ptr::write_bytes(dst.add(ours), 0, size - ours);
+        }
+    }
     Ok(())
 }
 

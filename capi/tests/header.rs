@@ -89,4 +89,5 @@ fn struct_sizes_match_the_headers_field_lists() {
         );
     }
     assert!(HEADER.contains("#define DS4S_ABI_VERSION 1u"));
+    assert!(HEADER.contains(&format!("#define DS4S_STRUCT_SIZE_MAX {STRUCT_SIZE_MAX}u")));
 }

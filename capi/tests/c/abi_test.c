@@ -92,8 +92,29 @@ static void open_errors(const char *malformed, const char *missing) {
     EXPECT(ds4s_open(malformed, NULL, &h), DS4S_ERR_FORMAT, malformed);
     EXPECT(ds4s_open(NULL, NULL, &h), DS4S_ERR_INVALID_ARGUMENT, "path is NULL");
     EXPECT(ds4s_open(missing, NULL, NULL), DS4S_ERR_INVALID_ARGUMENT, "out is NULL");
+    /* struct_size bounds: it must at least hold itself; an uninitialised size is refused. */
+    o.struct_size = 3;
+    EXPECT(ds4s_open(missing, &o, &h), DS4S_ERR_INVALID_ARGUMENT, "struct_size is 3");
+    o.struct_size = DS4S_STRUCT_SIZE_MAX + 1;
+    EXPECT(ds4s_open(missing, &o, &h), DS4S_ERR_INVALID_ARGUMENT, "struct_size is 4097");
+    /* An older header's options (only struct_size): accepted as defaults, so the open gets as
+     * far as the missing file. */
     o.struct_size = 4;
-    EXPECT(ds4s_open(missing, &o, &h), DS4S_ERR_INVALID_ARGUMENT, "struct_size");
+    o.backend = 99; /* past struct_size: not read */
+    EXPECT(ds4s_open(missing, &o, &h), DS4S_ERR_IO, missing);
+    /* A newer header's options: bytes past ours must be 0. */
+    struct {
+        ds4s_options o;
+        unsigned char newer[16];
+    } big;
+    memset(&big, 0, sizeof big);
+    ds4s_options_init(&big.o);
+    big.o.struct_size = sizeof big;
+    EXPECT(ds4s_open(missing, &big.o, &h), DS4S_ERR_IO, missing);
+    big.newer[3] = 7;
+    char byte[32];
+    snprintf(byte, sizeof byte, "byte %zu of %zu", sizeof big.o + 3, sizeof big);
+    EXPECT(ds4s_open(missing, &big.o, &h), DS4S_ERR_INVALID_ARGUMENT, byte);
     ds4s_options_init(&o);
     o.backend = 99;
     EXPECT(ds4s_open(missing, &o, &h), DS4S_ERR_INVALID_ARGUMENT, "backend 99");
@@ -140,9 +161,30 @@ static void layout(ds4s_handle h, ds4s_layout *l) {
     host_backend = l->backend == DS4S_BACKEND_HOST;
     CHECK(l->expert_memory == (l->backend == DS4S_BACKEND_HOST ? DS4S_MEM_HOST : DS4S_MEM_DEVICE),
           "expert memory %d on backend %d", l->expert_memory, l->backend);
+    /* An older header's (smaller) layout: only its first struct_size bytes are written. */
     ds4s_layout small;
+    memset(&small, 0xab, sizeof small);
     small.struct_size = 8;
-    EXPECT(ds4s_get_layout(h, &small), DS4S_ERR_INVALID_ARGUMENT, "struct_size");
+    OK(ds4s_get_layout(h, &small));
+    CHECK(small.struct_size == 8 && small.n_layer == l->n_layer && small.n_expert == 0xabababab,
+          "8-byte layout: size %u, n_layer %u, next field %#x", small.struct_size, small.n_layer,
+          small.n_expert);
+    /* A newer header's (larger) one: ours in front, struct_size kept, the rest zeroed. */
+    struct {
+        ds4s_layout l;
+        unsigned char newer[24];
+    } big;
+    memset(&big, 0xab, sizeof big);
+    big.l.struct_size = sizeof big;
+    OK(ds4s_get_layout(h, &big.l));
+    CHECK(big.l.struct_size == sizeof big && big.l.n_layer == l->n_layer &&
+              big.l.expert_slot_bytes == l->expert_slot_bytes,
+          "larger layout: size %u", big.l.struct_size);
+    for (size_t i = 0; i < sizeof big.newer; i++)
+        CHECK(big.newer[i] == 0, "byte %zu past our layout is %#x", sizeof big.l + i,
+              big.newer[i]);
+    small.struct_size = 0;
+    EXPECT(ds4s_get_layout(h, &small), DS4S_ERR_INVALID_ARGUMENT, "struct_size is 0");
     EXPECT(ds4s_get_layout(h, NULL), DS4S_ERR_INVALID_ARGUMENT, "NULL");
     /* The handle keeps its last error for any thread. */
     char buf[16];
@@ -156,6 +198,13 @@ static void layout(ds4s_handle h, ds4s_layout *l) {
     t.struct_size = sizeof t;
     OK(ds4s_tensor_info(h, "blk.3.ffn_down_exps.weight", &t));
     CHECK(t.n_dims == 3 && t.dims[2] == 16 && t.offset + t.nbytes <= file_len, "down tensor");
+    ds4s_tensor t12;
+    memset(&t12, 0xab, sizeof t12);
+    t12.struct_size = 12; /* struct_size, ggml_type, n_dims */
+    OK(ds4s_tensor_info(h, "blk.3.ffn_down_exps.weight", &t12));
+    CHECK(t12.struct_size == 12 && t12.ggml_type == t.ggml_type && t12.n_dims == 3 &&
+              t12.reserved == 0xabababab,
+          "12-byte tensor");
     uint64_t off = 0, len = 0;
     OK(ds4s_expert_slice(h, 3, 2, DS4S_DOWN, &off, &len));
     CHECK(off == t.offset + 2 * l->down_bytes && len == l->down_bytes, "expert slice");
@@ -273,6 +322,16 @@ static void decode_pattern(ds4s_handle h, const ds4s_layout *l) {
     ds4s_stats st;
     st.struct_size = sizeof st;
     OK(ds4s_get_stats(h, &st));
+    struct {
+        ds4s_stats s;
+        uint64_t newer;
+    } big;
+    memset(&big, 0xab, sizeof big);
+    big.s.struct_size = sizeof big;
+    OK(ds4s_get_stats(h, &big.s));
+    CHECK(big.s.struct_size == sizeof big && big.s.expert_misses == st.expert_misses &&
+              big.newer == 0,
+          "larger stats");
     uint64_t hits = st.expert_hits + st.expert_dedup_hits - s0.expert_hits - s0.expert_dedup_hits;
     uint64_t misses = st.expert_misses - s0.expert_misses;
     /* Every acquire looks up; a prefetch stops early when every slot is pinned or loading. */
