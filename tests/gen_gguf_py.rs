@@ -6,7 +6,7 @@
 
 mod gen_util;
 
-use ds4_stream::generate::{plan_layout, FillPlan, Generator, Scale, Shape};
+use ds4_stream::generate::{plan_layout, FillPlan, Generator, Scale, Shape, SPECIAL_TOKENS};
 use ds4_stream::gguf::Value;
 use gen_util::*;
 use serde_json::Value as Json;
@@ -94,6 +94,11 @@ fn check_scale(scale: Scale, extra: &[&str], shape: Shape, dumps: &[&str], max_d
     assert_eq!(
         fields["tokenizer.ggml.tokens"]["value"]["count"],
         shape.vocab
+    );
+    // The DS4 C engine finds its special tokens by exact text: gguf-py decodes the same.
+    assert_eq!(
+        fields["tokenizer.ggml.tokens"]["value"]["first"],
+        serde_json::json!(SPECIAL_TOKENS[..3])
     );
     assert_eq!(fields["ds4stream.gen.seed"]["value"], seed);
 

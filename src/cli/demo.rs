@@ -114,12 +114,37 @@ pub(super) fn generate_demo_model(path: &std::path::Path, seed: u64) -> CliResul
         path.display()
     );
     super::gen_model::check_out(path, false)?;
-    let opts = Options {
+    super::gen_model::write(path, &demo_options(seed))
+}
+
+fn demo_options(seed: u64) -> Options {
+    Options {
         scale: Scale::Demo,
         seed,
         ..Options::default()
+    }
+}
+
+/// Whether `path` is the demo model this generator writes: its length and its header (every
+/// metadata key, the tokenizer included, and every tensor offset) are the ones it would write
+/// now. A file from an older generator (e.g. before the C engine's special tokens, issue 17) or
+/// a damaged one is not, and `--demo` writes it again instead of using it.
+fn demo_is_current(path: &std::path::Path) -> bool {
+    let opts = demo_options(0);
+    let Ok(layout) = opts
+        .shape()
+        .and_then(|shape| crate::generate::plan_layout(&shape, 0, &opts.fill_plan()))
+    else {
+        return false;
     };
-    super::gen_model::write(path, &opts)
+    let want = layout.header_bytes();
+    let mut got = vec![0u8; want.len()];
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        let len = f.metadata()?.len();
+        std::io::Read::read_exact(&mut f, &mut got)?;
+        Ok(len)
+    });
+    matches!(read, Ok(len) if len == layout.total_len && got == want)
 }
 
 /// The generator that wrote `file` (scale, seed and quant from its `ds4stream.gen.*` keys and
@@ -418,6 +443,16 @@ impl ModelArgs {
 fn model_path(demo: bool, model: &std::path::Path) -> Result<PathBuf, CliError> {
     let path = if demo {
         let p = demo_path()?;
+        if p.exists() && !demo_is_current(&p) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "note: {} was written by another version of the generator; writing it again",
+                p.display()
+            );
+            std::fs::remove_file(&p).map_err(|e| {
+                CliError::runtime(format!("cannot remove the old {}: {e}", p.display()))
+            })?;
+        }
         if !p.exists() {
             generate_demo_model(&p, 0)?;
         }
@@ -437,7 +472,43 @@ fn model_path(demo: bool, model: &std::path::Path) -> Result<PathBuf, CliError> 
 
 #[cfg(test)]
 mod tests {
-    use super::route;
+    use super::{demo_is_current, demo_options, route};
+
+    /// A cached demo model is used only when its header and length are what the generator
+    /// writes now; an older generator's file (another tokenizer) is written again.
+    #[test]
+    fn demo_is_current_compares_header_and_length() {
+        let opts = demo_options(0);
+        let layout =
+            crate::generate::plan_layout(&opts.shape().unwrap(), 0, &opts.fill_plan()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ds4-demo.gguf");
+        assert!(!demo_is_current(&p), "missing");
+        // The header, then holes to the full length: the check reads no tensor bytes.
+        let write = |header: &[u8], len: u64| {
+            std::fs::write(&p, header).unwrap();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_len(len)
+                .unwrap();
+        };
+        let header = layout.header_bytes().to_vec();
+        write(&header, layout.total_len);
+        assert!(demo_is_current(&p));
+        write(&header, layout.total_len - 1);
+        assert!(!demo_is_current(&p), "short");
+        // Another first token text (the old generator's was `<|begin_of_sentence|>`).
+        let bos = crate::generate::SPECIAL_TOKENS[0].as_bytes();
+        let at = header.windows(bos.len()).position(|w| w == bos).unwrap();
+        let mut old = header.clone();
+        old[at + 1] ^= 1;
+        write(&old, layout.total_len);
+        assert!(!demo_is_current(&p), "another tokenizer");
+        std::fs::write(&p, b"GGUF").unwrap();
+        assert!(!demo_is_current(&p), "damaged");
+    }
 
     #[test]
     fn route_gives_distinct_in_range_experts() {

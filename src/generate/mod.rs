@@ -22,7 +22,7 @@ mod write;
 pub use blocks::{mix64, supported, tensor_key, Values};
 pub use fill::{format_list, parse_list, FillPlan, Holes, Region};
 pub use options::{write_file, Options, Quant};
-pub use shape::{Scale, Shape, FILL_KEY};
+pub use shape::{Scale, Shape, FILL_KEY, SPECIAL_TOKENS};
 pub use write::{plan_layout, write_model, GenSummary};
 
 use crate::gguf::GgmlType;

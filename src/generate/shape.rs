@@ -386,15 +386,44 @@ impl Shape {
     }
 }
 
-/// The first generated token that is a plain word (after 2 special and 256 byte tokens).
-const FIRST_WORD_TOKEN: u64 = 258;
+/// The special tokens the DS4 C engine looks up by their exact text (`vocab_load` in ds4.c),
+/// at the start of the vocabulary: BOS id 0 and EOS id 1 as in the real file, then user,
+/// assistant, think start, think end and DSML. `｜` is U+FF5C (fullwidth vertical line), `▁` is
+/// U+2581.
+pub const SPECIAL_TOKENS: [&str; 7] = [
+    "<\u{FF5C}begin\u{2581}of\u{2581}sentence\u{FF5C}>",
+    "<\u{FF5C}end\u{2581}of\u{2581}sentence\u{FF5C}>",
+    "<\u{FF5C}User\u{FF5C}>",
+    "<\u{FF5C}Assistant\u{FF5C}>",
+    "<think>",
+    "</think>",
+    "\u{FF5C}DSML\u{FF5C}",
+];
 
-/// The text of generated token `i`: special tokens first, then byte tokens, then plain words.
+/// The first byte token (after the special tokens).
+const FIRST_BYTE_TOKEN: u64 = SPECIAL_TOKENS.len() as u64;
+
+/// The first generated token that is a plain word (after the special and 256 byte tokens).
+pub(super) const FIRST_WORD_TOKEN: u64 = FIRST_BYTE_TOKEN + 256;
+
+/// The text of generated token `i`: special tokens first, then the 256 byte tokens (GPT-2's
+/// byte-level alphabet, as the real file's `gpt2` tokenizer has, so the C engine's BPE turns any
+/// prompt into tokens of this vocabulary), then plain words.
 fn token_text(i: u64) -> String {
     match i {
-        0 => "<|begin_of_sentence|>".to_string(),
-        1 => "<|end_of_sentence|>".to_string(),
-        2..FIRST_WORD_TOKEN => format!("<0x{:02X}>", i - 2),
+        0..FIRST_BYTE_TOKEN => SPECIAL_TOKENS[i as usize].to_string(),
+        FIRST_BYTE_TOKEN..FIRST_WORD_TOKEN => byte_char((i - FIRST_BYTE_TOKEN) as u8).to_string(),
         _ => format!("tok{i}"),
     }
+}
+
+/// GPT-2's byte-level BPE alphabet: printable bytes stand for themselves, the other 68 bytes
+/// (controls, space, 0x7F..0xA0, 0xAD) map in order to U+0100 onwards.
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    if printable(b) {
+        return char::from(b);
+    }
+    let below = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(0x100 + below).expect("U+0100..U+0143 are chars")
 }

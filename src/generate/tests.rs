@@ -464,8 +464,8 @@ fn flash_metadata_is_the_published_list() {
     let Value::Array(merges) = get("tokenizer.ggml.merges") else {
         panic!("merges")
     };
-    assert_eq!(merges.len(), 129_280 - 258);
-    assert_eq!(merges[0], Value::String("tok25 8".into()));
+    assert_eq!(merges.len(), 129_280 - 263);
+    assert_eq!(merges[0], Value::String("tok26 3".into()));
     // With the tokenizer the header is the real file's size to within 1 %: the published file
     // is 86,720,111,488 bytes.
     let layout = plan_layout(&Shape::flash(), 0, &FillPlan::with_holes(Holes::Experts)).unwrap();
@@ -475,6 +475,58 @@ fn flash_metadata_is_the_published_list() {
         "{}",
         layout.total_len
     );
+}
+
+/// Every scale's vocabulary holds the seven special tokens the DS4 C engine looks up by text
+/// (ds4.c `vocab_load`), BOS at 0 and EOS at 1 as the header's ids say, then GPT-2's 256
+/// byte-level characters; no text twice (the engine maps text to id).
+#[test]
+fn every_vocabulary_has_the_c_engines_special_tokens() {
+    use crate::gguf::Value;
+    let wanted = [
+        "<\u{ff5c}begin\u{2581}of\u{2581}sentence\u{ff5c}>",
+        "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
+        "<\u{ff5c}User\u{ff5c}>",
+        "<\u{ff5c}Assistant\u{ff5c}>",
+        "<think>",
+        "</think>",
+        "\u{ff5c}DSML\u{ff5c}",
+    ];
+    assert_eq!(SPECIAL_TOKENS, wanted);
+    // The exact bytes of ds4.c's first lookup.
+    assert_eq!(
+        SPECIAL_TOKENS[0].as_bytes(),
+        b"<\xef\xbd\x9cbegin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+    );
+    for scale in [Scale::Tiny, Scale::Demo, Scale::Flash] {
+        let shape = Shape::for_scale(scale);
+        let md = shape.metadata(0, &FillPlan::full());
+        let get = |k: &str| md.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        let Some(Value::Array(tokens)) = get("tokenizer.ggml.tokens") else {
+            panic!("{scale:?}: no token list")
+        };
+        let text: Vec<&str> = tokens.iter().map(|v| v.as_str().unwrap()).collect();
+        assert_eq!(text.len() as u64, shape.vocab);
+        assert_eq!(&text[..7], &wanted, "{scale:?}");
+        assert_eq!(get("tokenizer.ggml.bos_token_id"), Some(Value::U32(0)));
+        assert_eq!(get("tokenizer.ggml.eos_token_id"), Some(Value::U32(1)));
+        assert_eq!(
+            get("tokenizer.ggml.model"),
+            Some(Value::String("gpt2".into()))
+        );
+        // Byte tokens: printable ASCII is itself, space is U+0120 ("Ġ"), newline U+010A.
+        assert_eq!(text[7 + usize::from(b'h')], "h");
+        assert_eq!(text[7 + usize::from(b' ')], "\u{120}");
+        assert_eq!(text[7 + usize::from(b'\n')], "\u{10a}");
+        assert_eq!(text[7 + 255], "\u{ff}");
+        assert_eq!(text[7 + 256], "tok263");
+        let mut seen = std::collections::HashSet::new();
+        assert!(
+            text.iter().all(|t| seen.insert(*t)),
+            "{scale:?}: a text twice"
+        );
+        assert!(matches!(get("tokenizer.ggml.merges"), Some(Value::Array(m)) if !m.is_empty()));
+    }
 }
 
 fn with_layers(scale: Scale, layers: Option<u32>) -> Options {
@@ -670,6 +722,6 @@ fn flash_twelve_layers_file_length() {
     assert_eq!(layer_resident, 1_972_405_280); // 1.837 GiB, 157 MiB a layer on average
                                                // 23.601 GiB: the rest is the header (tokenizer) and alignment, 4.1 MiB.
     let header = len - routed - globals - layer_resident;
-    assert_eq!(header, 4_325_100);
-    assert_eq!(len, 25_341_838_112);
+    assert_eq!(header, 4_323_948);
+    assert_eq!(len, 25_341_836_960);
 }
