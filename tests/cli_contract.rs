@@ -723,3 +723,219 @@ fn demo_worker_counts() {
     ok(&r);
     assert!(String::from_utf8_lossy(&r.stdout).contains("all correct"));
 }
+
+// ---- files a program may touch (issue 21) ----
+
+fn stress(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ds4-stress"));
+    // Small and quick: 64 MiB file, no multi-GiB reads, no storms.
+    c.args(["--huge", "0", "--file-len", "64MiB", "--storm-every", "0s"]);
+    c.args(["--threads", "1", "--tasks", "1", "--workers", "2"]);
+    c.args(args);
+    c
+}
+
+fn bench(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ds4-bench"));
+    c.args(args);
+    c
+}
+
+/// A refusal of `prog`: exit `code`, one `prog: error: ` line naming `needle`.
+fn refused(r: &Run, prog: &str, code: i32, needle: &str) {
+    assert_eq!(r.code, Some(code), "{r:?}");
+    assert_eq!(r.stderr.lines().count(), 1, "not one line: {:?}", r.stderr);
+    assert!(
+        r.stderr.starts_with(&format!("{prog}: error: ")) && r.stderr.contains(needle),
+        "{needle:?} not in {:?}",
+        r.stderr
+    );
+}
+
+#[test]
+fn an_existing_file_is_never_overwritten_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let mine = dir.path().join("mine.bin");
+    std::fs::write(&mine, b"the user's bytes").unwrap();
+    let m = s(&mine);
+    // ds4-stress --file: refused before anything is written.
+    let r = run(&mut stress(&["--file", m, "--ops", "20"]), QUICK, None);
+    refused(&r, "ds4-stress", 2, "exists (use --force to overwrite)");
+    assert_eq!(std::fs::read(&mine).unwrap(), b"the user's bytes");
+    // ds4 --dump-hidden / --record-trace.
+    let (_d, p) = tiny();
+    for flag in ["--dump-hidden", "--record-trace"] {
+        let r = quick(&["-m", s(&p), "-n", "1", flag, m]);
+        fails(
+            &r,
+            2,
+            &format!("{flag} {m} exists (use --force to overwrite)"),
+        );
+        assert_eq!(std::fs::read(&mine).unwrap(), b"the user's bytes");
+    }
+    // ds4-bench report --csv / --plot, and cache --plot.
+    let rows = dir.path().join("rows.jsonl");
+    std::fs::write(&rows, "{}\n").unwrap();
+    for args in [
+        &["report", s(&rows), "--csv", m][..],
+        &["report", s(&rows), "--plot", m],
+        &["cache", "--tokens", "64", "--plot", m],
+    ] {
+        let r = run(&mut bench(args), QUICK, None);
+        refused(&r, "ds4-bench", 2, "exists (use --force to overwrite)");
+        assert_eq!(std::fs::read(&mine).unwrap(), b"the user's bytes");
+    }
+    // --force: replaced, and said so (ds4-stress also removes it after the run).
+    let r = quick(&["-m", s(&p), "-n", "1", "--dump-hidden", m, "--force"]);
+    ok(&r);
+    assert_eq!(std::fs::metadata(&mine).unwrap().len() % 4, 0);
+    let r = run(
+        &mut stress(&["--file", m, "--force", "--ops", "20"]),
+        Duration::from_secs(60),
+        None,
+    );
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stderr.contains("--force: overwriting"), "{}", r.stderr);
+    assert!(!mine.exists());
+    assert_eq!(gen_util::dir_names(dir.path()), vec!["rows.jsonl"]);
+}
+
+#[test]
+fn outputs_are_checked_before_the_work_and_never_partial() {
+    let (_d, p) = tiny();
+    // Nobody, root included, can create files in /proc: fails at once, exit 1.
+    for flag in ["--dump-hidden", "--record-trace"] {
+        let r = quick(&["-m", s(&p), "-n", "1", flag, "/proc/ds4-contract.bin"]);
+        fails(
+            &r,
+            1,
+            &format!("cannot write {flag} /proc/ds4-contract.bin"),
+        );
+    }
+    let r = run(
+        &mut bench(&["cache", "--tokens", "64", "--plot", "/proc/x.svg"]),
+        QUICK,
+        None,
+    );
+    refused(&r, "ds4-bench", 1, "cannot write --plot /proc/x.svg");
+    // A good output appears complete, with no temporary file beside it.
+    let dir = tempfile::tempdir().unwrap();
+    let h = dir.path().join("h.bin");
+    let t = dir.path().join("t.jsonl");
+    ok(&quick(&[
+        "-m",
+        s(&p),
+        "-n",
+        "2",
+        "--dump-hidden",
+        s(&h),
+        "--record-trace",
+        s(&t),
+    ]));
+    assert_eq!(gen_util::dir_names(dir.path()), vec!["h.bin", "t.jsonl"]);
+    assert!(std::fs::metadata(&h).unwrap().len() > 0);
+}
+
+/// Starts `cmd`, waits until a file whose name starts with `prefix` appears in `dir` (the
+/// temporary file of the work), sends `sig` and returns the exit code.
+fn interrupt_when_file_appears(cmd: &mut Command, dir: &Path, prefix: &str, sig: i32) -> i32 {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !gen_util::dir_names(dir)
+        .iter()
+        .any(|n| n.starts_with(prefix))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no {prefix}* appeared"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "exited before the signal"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: signalling our own child, which has not been reaped (try_wait said running).
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("interrupted: removed"), "{err}");
+    out.status.code().expect("exited, not killed by the signal")
+}
+
+#[test]
+fn interrupted_work_leaves_no_temporary_file() {
+    // gen-model's OUT.tmp-PID (the demo model's cache file is written the same way).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.gguf");
+    let code = interrupt_when_file_appears(
+        &mut ds4(&["gen-model", s(&out), "--scale", "demo"]),
+        dir.path(),
+        "m.gguf.tmp-",
+        libc::SIGINT,
+    );
+    assert_eq!(code, 130);
+    assert_eq!(gen_util::dir_names(dir.path()), Vec::<String>::new());
+    // ds4-bench io's test file in --dir.
+    let code = interrupt_when_file_appears(
+        &mut bench(&["io", "--size", "1GiB", "--dir", s(dir.path()), "--quiet"]),
+        dir.path(),
+        "ds4-bench-",
+        libc::SIGTERM,
+    );
+    assert_eq!(code, 130);
+    assert_eq!(gen_util::dir_names(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn stale_temporary_files_of_dead_processes_are_swept() {
+    let mut c = Command::new("true").spawn().unwrap();
+    let dead = c.id();
+    c.wait().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let stale = format!("m.gguf.tmp-{dead}");
+    std::fs::write(dir.path().join(&stale), b"left by a killed run").unwrap();
+    // Another file of that shape, but not of this output: kept.
+    std::fs::write(dir.path().join(format!("n.gguf.tmp-{dead}")), b"").unwrap();
+    let out = dir.path().join("m.gguf");
+    ok_quietly(&quick(&["gen-model", s(&out), "--scale", "tiny"]));
+    let names = gen_util::dir_names(dir.path());
+    // The PID may have been reused meanwhile (then the file is rightly kept).
+    if !Path::new(&format!("/proc/{dead}")).exists() {
+        assert_eq!(
+            names,
+            vec!["m.gguf".to_string(), format!("n.gguf.tmp-{dead}")]
+        );
+    }
+}
+
+fn ok_quietly(r: &Run) {
+    assert_eq!(r.code, Some(0), "{r:?}");
+}
+
+#[test]
+fn a_stress_run_that_checked_nothing_does_not_pass() {
+    for args in [&["--ops", "0"][..], &["--duration", "0s"]] {
+        let r = run(&mut stress(args), QUICK, None);
+        assert_eq!(r.code, Some(1), "{args:?}: {r:?}");
+        assert!(
+            !String::from_utf8_lossy(&r.stdout).contains("PASS"),
+            "{args:?}"
+        );
+        assert!(r.stderr.contains("nothing was verified"), "{}", r.stderr);
+    }
+}
+
+#[test]
+fn bad_worker_counts_are_usage_errors_everywhere() {
+    let (_d, p) = tiny();
+    fails(&quick(&["-m", s(&p), "--workers", "0"]), 2, "--workers 0");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ds4-stress"));
+    let r = run(c.args(["--workers", "0", "--ops", "1"]), QUICK, None);
+    refused(&r, "ds4-stress", 2, "workers 0");
+}

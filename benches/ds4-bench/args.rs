@@ -130,7 +130,10 @@ pub struct IoArgs {
     /// Print one JSON object per run on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,
-    /// Also write the rows as CSV to this file.
+    /// Let --csv and --plot replace existing files.
+    #[arg(long)]
+    pub force: bool,
+    /// Also write the rows as CSV to this file (it must not exist; see --force).
     #[arg(long)]
     pub csv: Option<PathBuf>,
     /// Write an SVG plot of the sweep (GB/s vs workers, one line per chunk) to this file; a

@@ -79,7 +79,11 @@ pub struct CacheArgs {
     /// One JSON object per (trace, policy, slots) on stdout; the table goes to stderr.
     #[arg(long)]
     pub json: bool,
-    /// Write an SVG plot (hit rate against cache size, one panel per trace) to this file.
+    /// Let --plot replace an existing file.
+    #[arg(long)]
+    pub force: bool,
+    /// Write an SVG plot (hit rate against cache size, one panel per trace) to this file (it
+    /// must not exist; see --force).
     #[arg(long)]
     pub plot: Option<PathBuf>,
 }
@@ -103,6 +107,19 @@ pub struct CacheRow {
 
 /// Runs `ds4-bench cache`.
 pub fn run(args: CacheArgs) -> Result<(), BenchError> {
+    // Created before the simulation: an existing or unwritable path fails at once.
+    let plot_out = args
+        .plot
+        .as_ref()
+        .map(|p| {
+            ds4_stream::cli::files::Output::create(
+                p,
+                args.force,
+                &format!("--plot {}", p.display()),
+            )
+        })
+        .transpose()
+        .map_err(super::io::cli_error)?;
     let traces: Vec<(String, Trace)> = match &args.trace {
         Some(p) => {
             let f = std::fs::File::open(p)
@@ -162,15 +179,9 @@ pub fn run(args: CacheArgs) -> Result<(), BenchError> {
             return Err(BenchError::Runtime(format!("writing stdout: {e}")));
         }
     }
-    if let Some(p) = &args.plot {
-        let svg = plot(&rows, &policies);
-        std::fs::write(p, svg).map_err(|e| BenchError::Io {
-            what: "write plot",
-            path: p.clone(),
-            offset: 0,
-            len: 0,
-            source: e,
-        })?;
+    if let Some(o) = plot_out {
+        o.commit(plot(&rows, &policies).as_bytes())
+            .map_err(super::io::cli_error)?;
     }
     Ok(())
 }

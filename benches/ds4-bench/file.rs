@@ -7,12 +7,14 @@
 //! - [`HostDest`] is page-aligned, pre-faulted host memory that several threads write disjoint
 //!   ranges of (the baselines' destination; the engine cases use a device buffer).
 //!
-//! Limits: a killed benchmark leaves its temp file behind (`ds4-bench-*.bin` in `--dir`).
+//! The temp file (`ds4-bench-PID-NONCE.bin` in `--dir`) is removed on drop and on SIGINT /
+//! SIGTERM; one left by a killed (SIGKILL) run is swept by the next run in that directory.
 
 use super::plan::{Plan, SplitMix};
 use super::BenchError;
 use ds4_io::pattern;
 use ds4_io::AlignedBuf;
+use ds4_stream::cli::files;
 use ds4_stream::units::human_bytes;
 use std::fs::File;
 use std::io::Write;
@@ -24,7 +26,8 @@ pub struct TestFile {
     pub len: u64,
     /// Pattern seed when the file holds `ds4_io::pattern` bytes.
     pub seed: Option<u64>,
-    created: bool,
+    /// Set when we created the file: removes it on drop (and on SIGINT / SIGTERM).
+    _temp: Option<files::Temp>,
 }
 
 impl TestFile {
@@ -53,13 +56,18 @@ impl TestFile {
                 ^ u64::from(std::process::id()),
         )
         .next_u64();
+        // Files of earlier runs that were killed (their PID is gone); ours is registered so that
+        // SIGINT / SIGTERM removes it.
+        files::sweep_stale(dir, |n| {
+            files::pid_after(n, "ds4-bench-", Some('-')).filter(|_| n.ends_with(".bin"))
+        });
         let path = dir.join(format!("ds4-bench-{}-{nonce:016x}.bin", std::process::id()));
         let seed = nonce | 1; // never 0, so an all-zero page cannot pass as pattern
         let tf = TestFile {
-            path,
+            path: path.clone(),
             len,
             seed: Some(seed),
-            created: true,
+            _temp: Some(files::Temp::register(path)),
         };
         let mut f = File::create_new(&tf.path).map_err(|e| BenchError::Io {
             what: "create test file",
@@ -115,7 +123,7 @@ impl TestFile {
             path: path.to_path_buf(),
             len,
             seed,
-            created: false,
+            _temp: None,
         })
     }
 
@@ -133,14 +141,6 @@ impl TestFile {
                 })?,
                 path: self.path.clone(),
             }),
-        }
-    }
-}
-
-impl Drop for TestFile {
-    fn drop(&mut self) {
-        if self.created {
-            let _ = std::fs::remove_file(&self.path);
         }
     }
 }

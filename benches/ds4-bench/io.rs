@@ -18,6 +18,7 @@ use super::plan::{Pattern, Plan, EXPERT_BYTES};
 use super::report::{self, Mode, Row};
 use super::threads::{run_threads, ThreadsCfg};
 use super::{baselines, plot, BenchError};
+use ds4_stream::cli::files::Output;
 use ds4_stream::units::human_bytes;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -651,6 +652,7 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
             human_bytes(file_len)
         )));
     }
+    let outs = OutFiles::create(args.csv.as_ref(), args.plot.as_ref(), args.force)?;
     let patterns: Vec<Pattern> = match args.pattern {
         PatternArg::Seq => vec![Pattern::Seq],
         PatternArg::Expert => vec![Pattern::Expert],
@@ -822,10 +824,15 @@ pub fn run(args: IoArgs) -> Result<(), BenchError> {
         human_bytes(file.len),
         human_bytes(total)
     );
-    write_outputs(&args, &rows, &title)
+    write_outputs(&args, outs, &rows, &title)
 }
 
-fn write_outputs(args: &IoArgs, rows: &[Row], title: &str) -> Result<(), BenchError> {
+fn write_outputs(
+    args: &IoArgs,
+    outs: OutFiles,
+    rows: &[Row],
+    title: &str,
+) -> Result<(), BenchError> {
     let table = report::table(rows);
     let stdout_err = |e: std::io::Error| -> Result<(), BenchError> {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -845,39 +852,63 @@ fn write_outputs(args: &IoArgs, rows: &[Row], title: &str) -> Result<(), BenchEr
     } else if let Err(e) = std::io::stdout().write_all(table.as_bytes()) {
         stdout_err(e)?;
     }
-    write_files(args.csv.as_ref(), args.plot.as_ref(), rows, title)
+    outs.write(rows, title)
 }
 
-/// Writes the CSV and the plot (SVG, or SVG + PNG for a .png name) where asked.
-pub(crate) fn write_files(
-    csv: Option<&PathBuf>,
-    plot_path: Option<&PathBuf>,
-    rows: &[Row],
-    title: &str,
-) -> Result<(), BenchError> {
-    let write = |p: &PathBuf, what: &'static str, data: &str| {
-        std::fs::write(p, data).map_err(|e| BenchError::Io {
-            what,
-            path: p.clone(),
-            offset: 0,
-            len: data.len() as u64,
-            source: e,
-        })
-    };
-    if let Some(p) = csv {
-        write(p, "write CSV", &report::csv(rows))?;
+/// A `ds4_stream::cli` failure as a bench error, keeping its exit code.
+pub(crate) fn cli_error(e: ds4_stream::cli::CliError) -> BenchError {
+    if e.code == 2 {
+        BenchError::Usage(e.message)
+    } else {
+        BenchError::Runtime(e.message)
     }
-    if let Some(p) = plot_path {
-        let svg = plot::svg(rows, title);
-        if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
-            let svg_path = p.with_extension("svg");
-            write(&svg_path, "write plot", &svg)?;
-            render_png(&svg_path, p)?;
-        } else {
-            write(p, "write plot", &svg)?;
+}
+
+/// The `--csv` and `--plot` outputs, created (under temporary names) before any measurement,
+/// so that an existing or unwritable path fails at once; written whole and renamed into place
+/// at the end ([`OutFiles::write`]), never a partial file.
+pub(crate) struct OutFiles {
+    csv: Option<Output>,
+    /// The SVG, and the PNG rendered from it for a .png name.
+    plot: Option<(Output, Option<PathBuf>)>,
+}
+
+impl OutFiles {
+    pub(crate) fn create(
+        csv: Option<&PathBuf>,
+        plot_path: Option<&PathBuf>,
+        force: bool,
+    ) -> Result<OutFiles, BenchError> {
+        let out = |p: &Path, flag: &str| {
+            Output::create(p, force, &format!("{flag} {}", p.display())).map_err(cli_error)
+        };
+        let csv = csv.map(|p| out(p, "--csv")).transpose()?;
+        let plot = match plot_path {
+            Some(p) if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) => {
+                ds4_stream::cli::files::check_out(p, force, &format!("--plot {}", p.display()))
+                    .map_err(cli_error)?;
+                Some((out(&p.with_extension("svg"), "--plot")?, Some(p.clone())))
+            }
+            Some(p) => Some((out(p, "--plot")?, None)),
+            None => None,
+        };
+        Ok(OutFiles { csv, plot })
+    }
+
+    /// Writes the CSV and the plot (SVG, or SVG + PNG for a .png name) where asked.
+    pub(crate) fn write(self, rows: &[Row], title: &str) -> Result<(), BenchError> {
+        if let Some(o) = self.csv {
+            o.commit(report::csv(rows).as_bytes()).map_err(cli_error)?;
         }
+        if let Some((o, png)) = self.plot {
+            o.commit(plot::svg(rows, title).as_bytes())
+                .map_err(cli_error)?;
+            if let Some(png) = png {
+                render_png(&png.with_extension("svg"), &png)?;
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Renders an SVG to PNG with `rsvg-convert` (librsvg2-bin), when installed.

@@ -20,6 +20,9 @@ pub struct ReportArgs {
     /// Write an SVG plot (a .png name also renders it with rsvg-convert).
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Let --csv and --plot replace existing files.
+    #[arg(long)]
+    pub force: bool,
     /// Plot title. [default: the machine and file of the first row]
     #[arg(long)]
     pub title: Option<String>,
@@ -30,6 +33,7 @@ const MAX_ROWS: usize = 100_000;
 
 /// Runs `ds4-bench report`.
 pub fn run(args: ReportArgs) -> Result<(), BenchError> {
+    let outs = super::io::OutFiles::create(args.csv.as_ref(), args.plot.as_ref(), args.force)?;
     let text = std::fs::read_to_string(&args.rows)
         .map_err(|e| BenchError::BadInput(format!("cannot read {}: {e}", args.rows.display())))?;
     let mut rows: Vec<Row> = Vec::new();
@@ -74,5 +78,5 @@ pub fn run(args: ReportArgs) -> Result<(), BenchError> {
             return Err(BenchError::Runtime(format!("writing stdout: {e}")));
         }
     }
-    super::io::write_files(args.csv.as_ref(), args.plot.as_ref(), &rows, &title)
+    outs.write(&rows, &title)
 }

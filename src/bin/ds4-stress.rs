@@ -28,9 +28,13 @@ struct Args {
     /// Stop after this many operations (all clients together).
     #[arg(long)]
     ops: Option<u64>,
-    /// The sparse test file to write and read (default: a temporary file, removed at the end).
+    /// The sparse test file to create, fill with the pattern and read; it must not exist
+    /// (see --force). Removed at the end unless --keep. Default: a temporary file.
     #[arg(long, conflicts_with = "virtual_file")]
     file: Option<PathBuf>,
+    /// Let --file overwrite (and afterwards remove) an existing file.
+    #[arg(long, requires = "file")]
+    force: bool,
     /// Keep the file given with --file after the run.
     #[arg(long, requires = "file")]
     keep: bool,
@@ -112,6 +116,24 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    if let Some(p) = &a.file {
+        let what = format!("--file {}", p.display());
+        if let Err(e) = ds4_stream::cli::files::check_out(p, a.force, &what) {
+            eprintln!("ds4-stress: error: {}", e.message);
+            return ExitCode::from(e.code);
+        }
+        if p.exists() {
+            eprintln!(
+                "ds4-stress: --force: overwriting {} with the stress pattern{}",
+                p.display(),
+                if a.keep {
+                    ""
+                } else {
+                    " and removing it after the run"
+                }
+            );
+        }
+    }
     let Ok(slot_bytes) = usize::try_from(a.slot_bytes) else {
         eprintln!("ds4-stress: error: slot size {} is too large", a.slot_bytes);
         return ExitCode::from(2);

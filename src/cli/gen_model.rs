@@ -2,8 +2,9 @@
 //! DS4-layout GGUF (with `--layers`, the scale's first N layers).
 //!
 //! The flags convert into [`generate::Options`]; [`generate::write_file`] writes through a
-//! temporary file renamed into place when complete (no half-written OUT, ever). Existing files
-//! are kept unless `--force`; an existing directory, device or FIFO is never replaced.
+//! temporary file renamed into place when complete (no half-written OUT, ever; removed on
+//! SIGINT / SIGTERM, stale ones swept: [`super::files`]). Existing files are kept unless
+//! `--force`; an existing directory, device or FIFO is never replaced.
 
 use super::{chain, CliError, CliResult};
 use crate::generate::{self, GenError, Holes, Options, Quant, Scale};
@@ -39,7 +40,7 @@ pub struct Args {
     /// Routed expert quantization.
     #[arg(long, value_enum, default_value = "q2")]
     pub quant: Quant,
-    /// Only the first N layers of the scale (1..=43 flash, 10 demo, 4 tiny): e.g. `--scale
+    /// Only the first N layers of the scale (1..=43 flash, 10 demo, 6 tiny): e.g. `--scale
     /// flash --layers 12 --fill` writes every byte of a 12-layer Flash-shaped model.
     #[arg(long, value_name = "N")]
     pub layers: Option<u32>,
@@ -53,31 +54,7 @@ pub struct Args {
 /// `/dev/null` would otherwise replace the device node with a regular file), or an existing
 /// file without `--force`.
 pub fn check_out(out: &Path, force: bool) -> CliResult {
-    let s = out.as_os_str().to_string_lossy();
-    if out.file_name().is_none() || s.ends_with('/') || s.ends_with(std::path::MAIN_SEPARATOR) {
-        return Err(CliError::bad_input(format!(
-            "{} is not a file path",
-            out.display()
-        )));
-    }
-    match std::fs::metadata(out) {
-        Ok(m) if !m.is_file() => Err(CliError::bad_input(format!(
-            "{} exists and is not a regular file (directory, device or FIFO): refusing to \
-             replace it",
-            out.display()
-        ))),
-        Ok(_) if !force => Err(CliError::bad_input(format!(
-            "{} exists (use --force to overwrite)",
-            out.display()
-        ))),
-        Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        // E.g. a path through a regular file (`file.gguf/x.gguf`): ENOTDIR.
-        Err(e) => Err(CliError::bad_input(format!(
-            "cannot write {}: {e}",
-            out.display()
-        ))),
-    }
+    super::files::check_out(out, force, &out.display().to_string())
 }
 
 impl Args {
@@ -135,8 +112,15 @@ pub fn run(a: Args) -> CliResult {
 pub fn write(out: &Path, opts: &Options) -> CliResult {
     let total = opts.file_len().map_err(|e| CliError::runtime(chain(&e)))?;
     let pb = progress_bar(total);
+    // The generator writes OUT.tmp-PID and renames it; registered so that an interrupt removes
+    // it, and stale ones of earlier, killed runs are swept first.
+    super::files::sweep_stale_tmp(out);
+    let tmp = super::files::Temp::register(super::files::tmp_path(out));
     let result = generate::write_file(out, opts, &mut |pos| pb.set_position(pos));
     pb.finish_and_clear();
+    if result.is_ok() {
+        tmp.keep();
+    }
     let summary = result.map_err(|e| match e {
         _ if e.is_bad_input() => CliError::bad_input(chain(&e)),
         // Names both paths already.

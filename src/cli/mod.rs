@@ -5,6 +5,7 @@
 
 pub mod cat;
 mod demo;
+pub mod files;
 mod gen_model;
 mod inspect;
 mod plan;

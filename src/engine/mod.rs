@@ -92,7 +92,8 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    fn validate(&self) -> Result<(), EngineError> {
+    /// The checks [`Engine::open`] makes, for programs that refuse bad flags before any work.
+    pub fn validate(&self) -> Result<(), EngineError> {
         let bad = |m: String| Err(EngineError::Config(m));
         if self.workers == 0 || self.workers > MAX_WORKERS {
             return bad(format!("workers {} not in 1..={MAX_WORKERS}", self.workers));

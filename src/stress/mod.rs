@@ -309,17 +309,6 @@ impl Starter {
     }
 }
 
-/// Removes the temporary stress file when the run ends (also on early returns).
-struct TempFile(Option<PathBuf>);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
 fn validate(cfg: &StressConfig) -> Result<(), StressError> {
     let bad = |m: &str| Err(StressError::Config(m.to_string()));
     if cfg.file_len < 1 << 20 {
@@ -337,6 +326,9 @@ fn validate(cfg: &StressConfig) -> Result<(), StressError> {
     if cfg.threads > 1024 || cfg.tasks > 65536 {
         return bad("at most 1024 threads and 65536 tasks");
     }
+    cfg.engine
+        .validate()
+        .map_err(|e| StressError::Config(crate::cli::chain(&e)))?;
     Ok(())
 }
 
@@ -350,7 +342,9 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
     let tally = Arc::new(Tally::new());
     let log = Arc::new(EioLog::default());
 
-    let mut temp = TempFile(None);
+    // Removes the stress file when the run ends (also on early returns and on SIGINT/SIGTERM)
+    // unless it is kept.
+    let mut temp: Option<crate::cli::files::Temp> = None;
     let (base, expect): (Arc<dyn Source>, Expect) = match &cfg.file {
         FileKind::Virtual => (
             Arc::new(PatternSource::new(cfg.file_len, FILE_SEED)),
@@ -364,10 +358,16 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
                 let nanos = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos());
-                std::env::temp_dir().join(format!("ds4-stress-{}-{nanos}.bin", std::process::id()))
+                let dir = std::env::temp_dir();
+                // Files of earlier runs that were killed (their PID is gone).
+                crate::cli::files::sweep_stale(&dir, |n| {
+                    crate::cli::files::pid_after(n, "ds4-stress-", Some('-'))
+                        .filter(|_| n.ends_with(".bin"))
+                });
+                dir.join(format!("ds4-stress-{}-{nanos}.bin", std::process::id()))
             });
             if !keep {
-                temp.0 = Some(path.clone());
+                temp = Some(crate::cli::files::Temp::register(path.clone()));
             }
             let err = |source| StressError::File {
                 path: path.clone(),

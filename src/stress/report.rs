@@ -308,6 +308,13 @@ impl Report {
     /// errors that turned into successes or were reported wrongly, leaked resources.
     pub fn failures(&self) -> Vec<String> {
         let mut f = Vec::new();
+        if self.ok == 0 {
+            // A run that verified nothing (--ops 0, --duration 0s) held nothing either.
+            f.push(format!(
+                "no operation completed ({} started): nothing was verified",
+                self.ops
+            ));
+        }
         if self.lost > 0 {
             f.push(format!("{} requests lost", self.lost));
         }

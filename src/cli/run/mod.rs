@@ -22,8 +22,9 @@ use std::time::Instant;
 
 mod gpu;
 mod report;
+use crate::cli::files::Output;
 use gpu::GpuRunner;
-use report::{device_memory, free_memory, report, write_dump, write_trace};
+use report::{device_memory, dump_bytes, free_memory, report, trace_text};
 
 /// The main job's flags (also accepted as `ds4 run ...`).
 #[derive(clap::Args, Debug, Clone)]
@@ -94,12 +95,18 @@ pub struct Args {
     /// Seed of the token sequence (without --tokens).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Write every hidden state: n_tokens × E little-endian f32, token-major.
+    /// Write every hidden state: n_tokens × E little-endian f32, token-major. The file must
+    /// not exist (see --force); it appears only when complete.
     #[arg(long)]
     pub dump_hidden: Option<PathBuf>,
-    /// Write the routing of every (token, layer) as JSON Lines (MOE_STACK.md's format).
+    /// Write the routing of every (token, layer) as JSON Lines (one object per line: token,
+    /// id, layer, experts, weights; --routing-trace reads it back). The file must not exist
+    /// (see --force); it appears only when complete.
     #[arg(long)]
     pub record_trace: Option<PathBuf>,
+    /// Let --dump-hidden and --record-trace replace existing files.
+    #[arg(long)]
+    pub force: bool,
     /// Replay a routing written by --record-trace instead of the router's (for IO studies: the
     /// same experts and weights, token by token; the tokens are the trace's).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["tokens", "tokens_file"])]
@@ -485,6 +492,15 @@ struct RunInfo {
 
 /// Opens (generating `--demo`'s model first if needed) and runs.
 pub fn run(a: Args) -> CliResult {
+    // Outputs are created (under temporary names) before any work (the demo model's generation included): an unwritable or existing
+    // path fails now, not after the run.
+    let output = |f: &Option<PathBuf>, flag: &str| {
+        f.as_deref()
+            .map(|p| Output::create(p, a.force, &format!("{flag} {}", p.display())))
+            .transpose()
+    };
+    let dump_out = output(&a.dump_hidden, "--dump-hidden")?;
+    let trace_out = output(&a.record_trace, "--record-trace")?;
     let path = a.model.path()?;
     let (file, model) = Ds4Model::open(&path).map_err(|e| CliError::bad_input(chain(&e)))?;
     let (ids, replay) = match &a.routing_trace {
@@ -503,6 +519,8 @@ pub fn run(a: Args) -> CliResult {
         slots: ((128usize << 20) / chunk).clamp(32, 2048),
         ..EngineConfig::default()
     };
+    cfg.validate()
+        .map_err(|e| CliError::bad_input(format!("--workers {}: {}", a.workers, chain(&e))))?;
     let (device, gpu) = gpu::open_device(a.backend)?;
     let backend = device.kind();
     // Held until the run ends; the plan below sees it as memory in use.
@@ -615,11 +633,11 @@ pub fn run(a: Args) -> CliResult {
     }
     let secs = t0.elapsed().as_secs_f64();
     let digest = digest_hex(hidden.iter().map(|h| h.as_slice()));
-    if let Some(f) = &a.dump_hidden {
-        write_dump(f, &hidden)?;
+    if let Some(o) = dump_out {
+        o.commit(&dump_bytes(&hidden))?;
     }
-    if let Some(f) = &a.record_trace {
-        write_trace(f, &ids, &traces)?;
+    if let Some(o) = trace_out {
+        o.commit(trace_text(&ids, &traces).as_bytes())?;
     }
     let st = runner.stats();
     let mem = device_memory(

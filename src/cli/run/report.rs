@@ -2,7 +2,7 @@
 //! the plan's device lines beside what the run's allocations took.
 
 use super::{Args, RunInfo, Runner};
-use crate::cli::{CliError, CliResult};
+use crate::cli::CliResult;
 use crate::decode::TokenTrace;
 use crate::device::{BackendKind, Device};
 use crate::model::Ds4Model;
@@ -47,17 +47,19 @@ pub(super) fn device_memory(
     }))
 }
 
-pub(super) fn write_dump(f: &Path, hidden: &[Vec<f32>]) -> CliResult {
+/// `--dump-hidden`'s bytes: every hidden state, little-endian f32, token-major.
+pub(super) fn dump_bytes(hidden: &[Vec<f32>]) -> Vec<u8> {
     let mut b = Vec::with_capacity(hidden.len() * hidden.first().map_or(0, |h| h.len()) * 4);
     for h in hidden {
         for v in h {
             b.extend_from_slice(&v.to_le_bytes());
         }
     }
-    std::fs::write(f, b).map_err(|e| CliError::runtime(format!("{}: {e}", f.display())))
+    b
 }
 
-pub(super) fn write_trace(f: &Path, ids: &[u32], traces: &[Vec<TokenTrace>]) -> CliResult {
+/// `--record-trace`'s text: one JSON object per (token, layer).
+pub(super) fn trace_text(ids: &[u32], traces: &[Vec<TokenTrace>]) -> String {
     let mut s = String::new();
     for (i, (id, tr)) in ids.iter().zip(traces).enumerate() {
         for t in tr {
@@ -72,7 +74,7 @@ pub(super) fn write_trace(f: &Path, ids: &[u32], traces: &[Vec<TokenTrace>]) -> 
             );
         }
     }
-    std::fs::write(f, s).map_err(|e| CliError::runtime(format!("{}: {e}", f.display())))
+    s
 }
 
 pub(super) fn report(
