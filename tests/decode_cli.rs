@@ -331,10 +331,22 @@ fn bad_input_is_named_and_exits_2() {
         "smaller than one layer's 6 experts",
     );
     fails_with(
-        &["-m", m, "--cache-policy", "fifo"],
+        &["-m", m, "--ssd-streaming", "--cache-policy", "fifo"],
         2,
         "unknown cache policy",
     );
+    // Streaming flags without --ssd-streaming are refused, not ignored (as `ds4 plan` does).
+    for flag in [
+        &["--ssd-streaming-cache-experts", "8"][..],
+        &["--ssd-streaming-full-layers", "1"],
+        &["--cache-policy", "lru"],
+        &["--ssd-streaming-preload-experts", "4"],
+        &["--ssd-streaming-popularity", m],
+    ] {
+        let mut args = vec!["-m", m];
+        args.extend(flag);
+        fails_with(&args, 2, "--ssd-streaming");
+    }
     // A hostile tid2eid: expert id 99 (of 16) for token 0 of layer 0.
     let (_, dsm) = ds4_stream::model::Ds4Model::open(&model).unwrap();
     let t = dsm.layers[0].tid2eid.as_ref().unwrap();

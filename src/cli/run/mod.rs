@@ -38,7 +38,7 @@ pub struct Args {
     /// expert bytes); GB means GiB here, as in the C engine's flag). Default: on a GPU, the
     /// memory plan's size (`ds4 plan`); on the host, a quarter of the routed experts, at most
     /// what a quarter of the available memory holds.
-    #[arg(long, value_name = "N|SIZE")]
+    #[arg(long, value_name = "N|SIZE", requires = "ssd_streaming")]
     pub ssd_streaming_cache_experts: Option<String>,
     /// RAM tier: experts kept in pinned host RAM under the device cache (N experts, or a
     /// budget like 32GB); a device miss that hits it is copied at link speed instead of read
@@ -56,14 +56,19 @@ pub struct Args {
     pub ssd_streaming_cold: bool,
     /// Where preloading learns which experts are hot: a popularity file (`layer expert hits`
     /// per line) or a routing trace written by --record-trace.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", requires = "ssd_streaming")]
     pub ssd_streaming_popularity: Option<PathBuf>,
     /// Experts read into the cache before the first token, most used first (needs
     /// --ssd-streaming-popularity). Default: min(cache size, 4096).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", requires = "ssd_streaming")]
     pub ssd_streaming_preload_experts: Option<usize>,
     /// Keep every expert of the first N layers resident (outside the cache).
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        requires = "ssd_streaming"
+    )]
     pub ssd_streaming_full_layers: usize,
     /// Speculative lookahead: guess each next layer's experts from this layer's input (the
     /// next router on the current hidden state) and start their reads before computing this
@@ -80,8 +85,8 @@ pub struct Args {
         conflicts_with = "ssd_streaming_lookahead"
     )]
     pub ssd_streaming_c_engine_pattern: bool,
-    /// Expert cache policy (lru, lfu-decay, or an adaptive one; default: the measured best).
-    #[arg(long)]
+    /// Expert cache policy: lru, lfu-decay, w-tinylfu or arc (default: arc, the measured best).
+    #[arg(long, requires = "ssd_streaming")]
     pub cache_policy: Option<String>,
     /// Tokens to run when --tokens is not given (a seeded sequence), 1 to 1,000,000.
     #[arg(short = 'n', default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
