@@ -159,7 +159,7 @@ pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<11} {:<7} {:<4} {:>3} {:>8} {:<6} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6}  cache",
+        "{:<11} {:<7} {:<4} {:>3} {:>8} {:<6} {:>7} {:>7} {:>5} {:>6} {:>6} {:>6} {:>6}  cache",
         "case",
         "pattern",
         "mode",
@@ -168,6 +168,7 @@ pub fn table(rows: &[Row]) -> String {
         "direct",
         "GB/s",
         "GiB/s",
+        "cpu",
         "xfio",
         "xfio*",
         "xmmap",
@@ -340,5 +341,33 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(j.lines().nth(4).unwrap()).unwrap();
         assert_eq!(v["case"], "engine");
         assert_eq!(v["vs_mmap"], 6.0);
+    }
+
+    /// Every heading sits over its own value (issue 21: without a `cpu` heading, every ratio
+    /// column sat under the wrong name), checked by column position.
+    #[test]
+    fn headings_sit_over_their_values() {
+        let mut r = sample_row("engine", 4, 4 << 20, 3.0);
+        r.cpu_util = Some(0.25);
+        r.vs_fio = Some(1.5);
+        r.vs_fio_best = Some(0.75);
+        r.vs_mmap = Some(6.0);
+        r.vs_c = Some(3.0);
+        let t = table(&[r]);
+        let mut lines = t.lines();
+        let (head, row) = (lines.next().unwrap(), lines.next().unwrap());
+        // Right-aligned columns: a heading and its value end at the same byte.
+        for (heading, value) in [
+            ("GiB/s", "2.794"),
+            ("cpu", "0.25"),
+            ("xfio", "1.50"),
+            ("xfio*", "0.75"),
+            ("xmmap", "6.00"),
+            ("xC", "3.00"),
+        ] {
+            let h_end = head.find(&format!(" {heading} ")).unwrap() + 1 + heading.len();
+            let v_end = row.find(&format!(" {value} ")).unwrap() + 1 + value.len();
+            assert_eq!(h_end, v_end, "{heading} over {value}:\n{head}\n{row}");
+        }
     }
 }
