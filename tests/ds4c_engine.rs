@@ -60,6 +60,9 @@ fn real_engine_runs_a_generated_flash_file() {
     check(&o, "make -j2 cpu");
     eprintln!("ds4c_engine: make cpu {:.1} s", t.elapsed().as_secs_f64());
     let engine = build.join("ds4");
+    // The engine refuses to start while another ds4 holds its instance lock (/tmp/ds4.lock by
+    // default): a lock of its own, so an unrelated ds4 on the machine does not fail the test.
+    let lock = dir.path().join("ds4.lock");
 
     let t = Instant::now();
     let model = dir.path().join("flash.gguf");
@@ -79,7 +82,11 @@ fn real_engine_runs_a_generated_flash_file() {
     );
 
     let o = bounded(
-        Command::new(&engine).arg("-m").arg(&model).arg("--inspect"),
+        Command::new(&engine)
+            .env("DS4_LOCK_FILE", &lock)
+            .arg("-m")
+            .arg(&model)
+            .arg("--inspect"),
         "ds4 --inspect",
         Duration::from_secs(300),
     );
@@ -104,20 +111,24 @@ fn real_engine_runs_a_generated_flash_file() {
     // (GPT-2 byte tokens: our BPE has no merges for them), assistant, </think>.
     let t = Instant::now();
     let o = bounded(
-        Command::new(&engine).arg("-m").arg(&model).args([
-            "--cpu",
-            "-p",
-            "hello",
-            "-n",
-            "2",
-            "--temp",
-            "0",
-            "--nothink",
-            "-c",
-            "1024",
-            "-sys",
-            "",
-        ]),
+        Command::new(&engine)
+            .env("DS4_LOCK_FILE", &lock)
+            .arg("-m")
+            .arg(&model)
+            .args([
+                "--cpu",
+                "-p",
+                "hello",
+                "-n",
+                "2",
+                "--temp",
+                "0",
+                "--nothink",
+                "-c",
+                "1024",
+                "-sys",
+                "",
+            ]),
         "ds4 --cpu -p hello -n 2",
         Duration::from_secs(2700),
     );
