@@ -5,7 +5,8 @@
 //! Why our own parser: the flags take typed sizes, and a wrong unit must be a usage error (exit 2)
 //! that names the bad text, not a silent misread. Units are strict: `KB/MB/GB/TB` are powers of
 //! 1000, `KiB/MiB/GiB/TiB` (and the shorthands `K/M/G/T`) powers of 1024. Case-insensitive;
-//! fractions (`1.5GiB`) are accepted when they come out to a whole number of bytes.
+//! fractions (`1.5GiB`, `107.87GiB`, up to 18 decimals) are accepted and rounded down to whole
+//! bytes, so a size quoted from a spec sheet is never more than was written.
 
 /// Bytes with a binary unit, two decimals: `512 B`, `1.50 KiB`, `6.75 MiB`, `72.56 GiB`.
 pub fn human_bytes(n: u64) -> String {
@@ -68,7 +69,8 @@ pub enum SizeError {
     Overflow { text: String },
 }
 
-/// Parses a byte size such as `4GiB`, `32GB`, `7077888`, `1.5MiB`.
+/// Parses a byte size such as `4GiB`, `32GB`, `7077888`, `1.5MiB`; a fraction of a byte is
+/// dropped (`107.87GiB` = floor(107.87 × 2^30) = 115,824,530,554 B).
 pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
     if t.is_empty() {
@@ -109,10 +111,10 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
             n.checked_mul(mult).ok_or_else(overflow)
         }
         Some((int, frac)) => {
-            if frac.contains('.') || frac.len() > 12 {
+            if frac.contains('.') || frac.len() > 18 {
                 return Err(SizeError::Bad {
                     text: text.into(),
-                    why: "malformed fraction",
+                    why: "malformed fraction (at most 18 decimals)",
                 });
             }
             let int: u64 = if int.is_empty() {
@@ -120,7 +122,8 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
             } else {
                 int.parse().map_err(|_| overflow())?
             };
-            let frac_digits: u64 = if frac.is_empty() {
+            // At most 18 digits: below 10^18, so the product with a unit (<= 2^40) fits u128.
+            let frac_digits: u128 = if frac.is_empty() {
                 0
             } else {
                 frac.parse().map_err(|_| overflow())?
@@ -129,13 +132,8 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
             let whole = (int as u128)
                 .checked_mul(mult as u128)
                 .ok_or_else(overflow)?;
-            let part = frac_digits as u128 * mult as u128;
-            if part % scale != 0 {
-                return Err(SizeError::Bad {
-                    text: text.into(),
-                    why: "not a whole number of bytes",
-                });
-            }
+            // Rounded down: the fraction of a byte is dropped.
+            let part = frac_digits * mult as u128;
             u64::try_from(whole + part / scale).map_err(|_| overflow())
         }
     }
@@ -176,11 +174,23 @@ mod size_tests {
     }
 
     #[test]
+    fn fractions_round_down() {
+        // docs/PLANNER.md's Strix Halo figure: floor(107.87 * 2^30).
+        assert_eq!(parse_size("107.87GiB"), Ok(115_824_530_554));
+        assert_eq!(parse_size("1.3B"), Ok(1));
+        assert_eq!(parse_size("0.5"), Ok(0));
+        assert_eq!(parse_size("1.0000001KiB"), Ok(1024));
+        assert_eq!(parse_size("2.9999999999GB"), Ok(2_999_999_999));
+        assert_eq!(parse_size(".5MiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1.123456789012345678TiB"), Ok(1_235_253_802_822));
+    }
+
+    #[test]
     fn rejects() {
         assert_eq!(parse_size(""), Err(SizeError::Empty));
         assert!(parse_size("GiB").is_err());
         assert!(parse_size("4 parsecs").is_err());
-        assert!(parse_size("1.3B").is_err());
+        assert!(parse_size("1.1234567890123456789GiB").is_err());
         assert!(parse_size("1.2.3MiB").is_err());
         assert!(matches!(
             parse_size("99999999999TiB"),

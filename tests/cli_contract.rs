@@ -939,3 +939,48 @@ fn bad_worker_counts_are_usage_errors_everywhere() {
     let r = run(c.args(["--workers", "0", "--ops", "1"]), QUICK, None);
     refused(&r, "ds4-stress", 2, "workers 0");
 }
+
+#[test]
+fn decimal_sizes_round_down_to_bytes() {
+    let (_d, p) = tiny();
+    // docs/PLANNER.md quotes Strix Halo's 107.87 GiB: accepted, floor(107.87 × 2^30) bytes.
+    let r = quick(&[
+        "plan",
+        "-m",
+        s(&p),
+        "--gpu-mem",
+        "107.87GiB",
+        "--platform",
+        "linux",
+        "--json",
+    ]);
+    ok(&r);
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(out.contains("115824530554"), "{out}");
+    // A cache budget with a fraction: GB = GiB as in the C engine, then whole experts.
+    let r = quick(&[
+        "plan",
+        "-m",
+        s(&p),
+        "--gpu-mem",
+        "24GiB",
+        "--platform",
+        "linux",
+        "--ssd-streaming",
+        "--ssd-streaming-cache-experts",
+        "0.5MB",
+        "--json",
+    ]);
+    ok(&r);
+    // Tiny experts are 55,296 B: floor(2^19 / 55,296) = 9.
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(out.contains("\"cache_experts\":9"), "{out}");
+    // Still strict where it matters: too many decimals, or a second point.
+    for bad in ["1.1234567890123456789GiB", "1.2.3MiB"] {
+        fails(
+            &quick(&["plan", "-m", s(&p), "--gpu-mem", bad]),
+            2,
+            "--gpu-mem",
+        );
+    }
+}
