@@ -446,7 +446,8 @@ fn model_path(demo: bool, model: &std::path::Path) -> Result<PathBuf, CliError> 
         if p.exists() && !demo_is_current(&p) {
             let _ = writeln!(
                 std::io::stderr(),
-                "note: {} was written by another version of the generator; writing it again",
+                "note: {} is not the demo model this generator writes (an older version's, or \
+                 damaged); writing it again",
                 p.display()
             );
             std::fs::remove_file(&p).map_err(|e| {
