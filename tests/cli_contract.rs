@@ -439,15 +439,49 @@ fn help_and_version_exit_0() {
 }
 
 #[test]
-fn ds4_bench_bad_flags_exit_2() {
-    for args in [&["--bogus"][..], &["--workers", "x"], &["no-such-bench"]] {
+fn ds4_bench_and_stress_bad_flags_exit_2_with_one_prefixed_line() {
+    let bench: &[(&[&str], &str)] = &[
+        (&["--bogus"], "--bogus"),
+        (&["--workers", "x"], "--workers"),
+        (&["no-such-bench"], "no-such-bench"),
+        (&["io", "--size", "4 parsecs"], "--size"),
+        (&["io", "--workers", "x"], "--workers"),
+        (&["cache", "--bogus"], "--bogus"),
+        (&[], "missing command"),
+    ];
+    for (args, needle) in bench {
         let r = run(
-            Command::new(env!("CARGO_BIN_EXE_ds4-bench")).args(args),
+            Command::new(env!("CARGO_BIN_EXE_ds4-bench")).args(*args),
             QUICK,
             None,
         );
-        assert_eq!(r.code, Some(2), "{args:?}: {r:?}");
-        assert!(!r.stderr.is_empty(), "{args:?}: says nothing");
+        refused(&r, "ds4-bench", 2, needle);
+    }
+    let stress_cases: &[(&[&str], &str)] = &[
+        (&["--bogus"], "--bogus"),
+        (&["--file-len", "6 parsecs"], "--file-len"),
+        (&["--duration", "soon"], "--duration"),
+        (&["--threads", "x"], "--threads"),
+        (&["--keep"], "--file"),
+    ];
+    for (args, needle) in stress_cases {
+        let r = run(
+            Command::new(env!("CARGO_BIN_EXE_ds4-stress")).args(*args),
+            QUICK,
+            None,
+        );
+        refused(&r, "ds4-stress", 2, needle);
+    }
+    // Help and version still go to stdout with exit 0.
+    for prog in [
+        env!("CARGO_BIN_EXE_ds4-bench"),
+        env!("CARGO_BIN_EXE_ds4-stress"),
+    ] {
+        for flag in ["--help", "--version"] {
+            let r = run(Command::new(prog).arg(flag), QUICK, None);
+            assert_eq!(r.code, Some(0), "{prog} {flag}: {r:?}");
+            assert!(!r.stdout.is_empty() && r.stderr.is_empty(), "{r:?}");
+        }
     }
 }
 

@@ -115,10 +115,7 @@ fn progress_bar(len: u64, msg: &'static str, show: bool) -> indicatif::ProgressB
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(e) => return ds4_stream::cli::clap_exit("ds4-bench", &e),
     };
     let r = match cli.command {
         Command::Io(a) => io::run(a),

@@ -111,10 +111,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 fn main() -> ExitCode {
     let a = match Args::try_parse() {
         Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
-        }
+        Err(e) => return ds4_stream::cli::clap_exit("ds4-stress", &e),
     };
     if let Some(p) = &a.file {
         let what = format!("--file {}", p.display());

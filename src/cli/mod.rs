@@ -99,10 +99,10 @@ pub fn out(s: &str) -> Result<bool, CliError> {
     }
 }
 
-/// One line for a clap error: its message with line breaks folded (clap lists missing
-/// arguments on lines of their own), then the usage line, so usage errors keep the one-line
-/// `ds4: error: …` contract.
-fn usage_error_line(e: &clap::Error) -> String {
+/// One line for a clap error of program `prog`: its message with line breaks folded (clap
+/// lists missing arguments on lines of their own), then the usage line, so usage errors keep
+/// the one-line `PROG: error: …` contract. Shared by `ds4`, `ds4-bench` and `ds4-stress`.
+pub fn usage_error_line(prog: &str, e: &clap::Error) -> String {
     let text = e.render().to_string();
     let usage = text
         .lines()
@@ -111,12 +111,30 @@ fn usage_error_line(e: &clap::Error) -> String {
         .unwrap_or_default();
     if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         // The rendered text is the whole help: say what is missing instead.
-        return format!("missing command{usage}; see ds4 --help");
+        return format!("missing command{usage}; see {prog} --help");
     }
     let first = text.split("\n\n").next().unwrap_or_default();
     let msg = first.split_whitespace().collect::<Vec<_>>().join(" ");
     let msg = msg.strip_prefix("error: ").unwrap_or(&msg);
     format!("{msg}{usage}")
+}
+
+/// What a program does with clap's refusal to parse its arguments: a usage error is one
+/// `PROG: error: …` line on stderr and exit 2; `--help` / `--version` go to stdout, exit 0
+/// (1 when stdout fails, other than a broken pipe).
+pub fn clap_exit(prog: &str, e: &clap::Error) -> ExitCode {
+    if e.use_stderr() {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "{prog}: error: {}",
+            usage_error_line(prog, e)
+        );
+        return ExitCode::from(2);
+    }
+    match e.print() {
+        Err(err) if !is_broken_pipe(&err) => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    }
 }
 
 /// Prints `ds4: error: {msg}` on stderr. Ignores a failing stderr: there is nowhere left to
@@ -129,17 +147,7 @@ fn print_error(msg: &str) {
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) if e.use_stderr() => {
-            print_error(&usage_error_line(&e));
-            return ExitCode::from(2);
-        }
-        // --help / --version: clap prints them to stdout.
-        Err(e) => {
-            return match e.print() {
-                Err(err) if !is_broken_pipe(&err) => ExitCode::from(1),
-                _ => ExitCode::SUCCESS,
-            };
-        }
+        Err(e) => return clap_exit("ds4", &e),
     };
     let r = match cli.command {
         None => run::run(cli.run),
