@@ -1018,3 +1018,77 @@ fn decimal_sizes_round_down_to_bytes() {
         );
     }
 }
+
+/// The numbers of `ds4 --ssd-streaming`'s text line `hit rate R% of L lookups (H hits: A
+/// resident + B already loading; M misses, ...`.
+fn text_cache_counts(out: &str) -> (f64, u64, u64, u64, u64, u64) {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("expert cache: "))
+        .unwrap_or_else(|| panic!("no cache line in {out}"));
+    let after = |key: &str| -> &str {
+        &line[line
+            .find(key)
+            .unwrap_or_else(|| panic!("{key:?} not in {line}"))
+            + key.len()..]
+    };
+    let num = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect()
+    };
+    let rate: f64 = num(after("hit rate ")).parse().unwrap();
+    let lookups = num(after("% of ")).parse().unwrap();
+    let hits = num(after("lookups (")).parse().unwrap();
+    let resident = num(after("hits: ")).parse().unwrap();
+    let loading = num(after("resident + ")).parse().unwrap();
+    let misses = num(after("already loading; ")).parse().unwrap();
+    (rate, lookups, hits, resident, loading, misses)
+}
+
+#[test]
+fn text_and_json_count_cache_hits_the_same_way() {
+    let (_d, p) = tiny();
+    let args = [
+        "-m",
+        s(&p),
+        "-n",
+        "24",
+        "--ssd-streaming",
+        "--ssd-streaming-cache-experts",
+        "7",
+    ];
+    let r = quick(&args);
+    ok(&r);
+    let (rate, lookups, hits, resident, loading, misses) =
+        text_cache_counts(&String::from_utf8_lossy(&r.stdout));
+    // A hit is a lookup served without a read: resident, or already being read.
+    assert_eq!(hits, resident + loading);
+    assert_eq!(lookups, hits + misses);
+    assert!(
+        (rate - 100.0 * hits as f64 / lookups as f64).abs() < 0.06,
+        "{rate}"
+    );
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let r = quick(&json_args);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let c = &v["cache"];
+    let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}"));
+    assert_eq!(n("hits"), n("resident_hits") + n("loading_hits"), "{c}");
+    assert_eq!(n("lookups"), n("hits") + n("misses"), "{c}");
+    assert_eq!(n("resident_hits"), c["stats"]["hits"].as_u64().unwrap());
+    assert_eq!(
+        n("loading_hits"),
+        c["stats"]["dedup_hits"].as_u64().unwrap()
+    );
+    let hr = c["hit_rate"].as_f64().unwrap();
+    assert!(
+        (hr - n("hits") as f64 / n("lookups") as f64).abs() < 1e-12,
+        "{c}"
+    );
+    // The same routing: the same lookups (which are hits can move with IO timing).
+    assert_eq!(n("lookups"), lookups);
+}

@@ -112,7 +112,9 @@ pub(super) fn report(
     } else {
         "resident"
     };
+    // hits / lookups, the same `hits` as below.
     let hr = st.cache.hit_rate();
+    let hits = st.cache.hits + st.cache.dedup_hits;
     if a.json {
         let mut v = serde_json::json!({
             "model": path.display().to_string(),
@@ -133,7 +135,16 @@ pub(super) fn report(
                 "policy": policy.name(),
                 "preloaded": preloaded,
                 "full_layers": full_layers,
+                // One definition of a hit in both outputs: a lookup served without reading
+                // the file, the expert resident or already being read for another lookup.
+                "hits": hits,
+                "resident_hits": st.cache.hits,
+                "loading_hits": st.cache.dedup_hits,
+                "misses": st.cache.misses,
+                "lookups": st.cache.lookups(),
+                "evictions": st.cache.evictions,
                 "hit_rate": hr,
+                // The cache's own counters: here `hits` are the resident hits only.
                 "stats": st.cache,
             });
             v["mib_streamed_per_token"] = mib_per_tok.into();
@@ -175,10 +186,13 @@ pub(super) fn report(
     if a.ssd_streaming {
         let _ = writeln!(
             t,
-            "expert cache: {slots} experts ({how}), policy {}, {preloaded} preloaded, {full_layers} full layers: hit rate {:.1}% ({} hits, {} misses, {} evictions); {:.2} MiB streamed per token; IO stall {:.1}% of the time; fetch p50 {} us, p99 {} us; {} hash-layer experts read at token start",
+            "expert cache: {slots} experts ({how}), policy {}, {preloaded} preloaded, {full_layers} full layers: hit rate {:.1}% of {} lookups ({} hits: {} resident + {} already loading; {} misses, {} evictions); {:.2} MiB streamed per token; IO stall {:.1}% of the time; fetch p50 {} us, p99 {} us; {} hash-layer experts read at token start",
             policy.name(),
             hr * 100.0,
-            st.cache.hits + st.cache.dedup_hits,
+            st.cache.lookups(),
+            hits,
+            st.cache.hits,
+            st.cache.dedup_hits,
             st.cache.misses,
             st.cache.evictions,
             mib_per_tok,
