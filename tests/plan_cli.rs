@@ -109,13 +109,20 @@ fn strix_halo_admits_229376_and_refuses_245760() {
     let over = j["misfit"]["over"].as_u64().unwrap();
     assert_eq!(over, device_sum(&j) - 115_824_530_555);
     assert_eq!(over, 180_143_918); // 171.80 MiB
-                                   // Text mode: the plan on stdout, one error line naming the line and the overshoot.
+    let m = &j["misfit"];
+    assert_eq!(
+        m["short"].as_u64().unwrap(),
+        m["needs"].as_u64().unwrap() - m["left"].as_u64().unwrap(),
+        "{m}"
+    );
+    // Text mode: the plan on stdout, one error line naming the line and the overshoot.
     let o = plan(&f, &at("245760"));
     assert_eq!(o.status.code(), Some(1));
     let err = stderr_line(&o);
     assert!(
         err.contains("does not fit: KV cache + prefill scratch needs 5.02 GiB")
-            && err.contains("171.80 MiB over")
+            && err.contains("this line is ")
+            && err.contains("the whole plan 171.80 MiB over")
             && err.contains("237,553"),
         "{err}"
     );

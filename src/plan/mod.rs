@@ -146,6 +146,8 @@ pub struct Misfit {
     pub needs: u64,
     /// Device memory left for it after the lines before it.
     pub left: u64,
+    /// How far this line alone is short: `needs - left`.
+    pub short: u64,
     /// How far the whole plan is over the device (bytes to cut to fit).
     pub over: u64,
 }
@@ -334,6 +336,7 @@ fn first_misfit(lines: &[Line], total: u64, used: u64) -> Option<Misfit> {
                 line: l.what.clone(),
                 needs: l.bytes,
                 left,
+                short: l.bytes - left,
                 over: used - total,
             });
         }
@@ -366,13 +369,16 @@ impl Plan {
 }
 
 impl Misfit {
-    /// `KV cache + prefill scratch needs 5.02 GiB, 4.86 GiB left: 167.00 MiB over`.
+    /// `KV cache + prefill scratch needs 5.02 GiB, 4.86 GiB left: this line is 167.00 MiB
+    /// short, the whole plan 171.80 MiB over`: the line's own shortfall and the plan's (the
+    /// lines after it add to the second), each labelled.
     pub fn describe(&self) -> String {
         format!(
-            "{} needs {}, {} left: {} over",
+            "{} needs {}, {} left: this line is {} short, the whole plan {} over",
             self.line,
             human_bytes(self.needs),
             human_bytes(self.left),
+            human_bytes(self.short),
             human_bytes(self.over)
         )
     }

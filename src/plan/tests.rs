@@ -209,6 +209,19 @@ fn too_small_device_names_the_first_line_over() {
 }
 
 #[test]
+fn misfit_says_the_line_short_and_the_plan_over_apart() {
+    // Resident weights do not fit 4 GiB, and every line after them adds to the plan's excess.
+    let p = plan(&input(4 * GIB, Platform::Linux, None, true)).unwrap();
+    let m = p.misfit.unwrap();
+    assert_eq!(m.short, m.needs - m.left);
+    assert!(m.over > m.short, "{m:?}");
+    let text = m.describe();
+    let short = format!("this line is {} short", crate::units::human_bytes(m.short));
+    let over = format!("the whole plan {} over", crate::units::human_bytes(m.over));
+    assert!(text.contains(&short) && text.contains(&over), "{text}");
+}
+
+#[test]
 fn bad_input() {
     assert_eq!(
         plan(&input(0, Platform::Linux, None, false)),
