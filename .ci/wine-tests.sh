@@ -348,6 +348,31 @@ capi_test() {
 }
 check "C ABI: abi_test.exe (mingw-w64) against ds4stream.dll" capi_test
 
+# The DS4 engine adapter's generic part (integrations/ds4/ds4s_adapter.c: the model file's path
+# from DS4's fd through GetFinalPathNameByHandleW, batched reads, the stock switch) built with
+# mingw-w64 against ds4stream.dll and run on the tiny file: every byte compared with stdio.
+adapter_test() {
+    local deps="$wine_target_dir/$target/debug/deps" dir="$scratch/adapter"
+    mkdir -p "$dir"
+    cp "$deps/ds4stream.dll" "$dir/"
+    x86_64-w64-mingw32-gcc -std=c99 -Wall -Wextra -Werror -O1 -I "$root/include" \
+        -I "$root/integrations/ds4" "$root/integrations/ds4/ds4s_adapter.c" \
+        "$root/integrations/ds4/tests/adapter_host_test.c" -o "$dir/adapter_host_test.exe" \
+        "$deps/libds4stream.dll.a"
+    wine_run 120 "$dir/adapter_host_test.exe" "$(winpath "$tiny_w")" >"$dir/out.txt" 2>&1 || {
+        cat "$dir/out.txt" >&2
+        return 1
+    }
+    DS4_STREAM=stock wine_run 60 "$dir/adapter_host_test.exe" "$(winpath "$tiny_w")" \
+        >>"$dir/out.txt" 2>&1 || {
+        cat "$dir/out.txt" >&2
+        return 1
+    }
+    sed 's/^/  /' "$dir/out.txt"
+    grep -q "adapter ok" "$dir/out.txt" && grep -q "stock: nothing attached" "$dir/out.txt"
+}
+check "DS4 adapter (integrations/ds4) on ds4stream.dll: batched reads verified" adapter_test
+
 # Flash: the exact DeepSeek V4 Flash shapes, 86 GB logical, all holes except experts 0, 216 and
 # 255 of layer 42 (offsets past 80 GiB). Each OS writes its own file; each reads both.
 flash_args=(--scale flash --seed 11 --holes all --fill-layers 42 --fill-experts 0,216,255)

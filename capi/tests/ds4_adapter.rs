@@ -92,10 +92,15 @@ fn adapter_reads_batches_and_honours_the_stock_switch() {
     assert!(stdout.contains("adapter ok: 18 ranges"), "{stdout}");
     // The attach announces itself; the failures name what failed; the summary is printed.
     assert!(stderr.contains("ds4-stream engine on"), "{stderr}");
-    assert!(stderr.contains("read of past the end refused"), "{stderr}");
+    assert!(
+        stderr.contains("read of past the end: not started"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("DS4S_ERR_OUT_OF_RANGE"), "{stderr}");
+    assert!(stderr.contains("DS4S_ERR_UNSUPPORTED"), "{stderr}");
     assert!(stderr.contains("read of unattached"), "{stderr}");
     assert!(
-        stderr.contains("read of device on host refused"),
+        stderr.contains("read of device on host: not started"),
         "{stderr}"
     );
     assert!(stderr.contains("ds4-stream read "), "{stderr}");

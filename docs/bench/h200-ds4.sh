@@ -3,8 +3,12 @@
 # (DS4_STREAM=stock is the stock path), one fully written Flash file in tmpfs (hot).
 # Run from the repository root on the GPU machine with `.dev/device` (our `ds4` for gen-model,
 # libds4stream.so built with --features cuda) and `.dev/ds4c` (a copy of ../shared/ds4c) carried.
-#   bash docs/bench/h200-ds4.sh [SIZES] [TOKENS]     (SIZES default "1024 2048 4096", TOKENS 24)
-# Writes every log under $OUT (or /tmp/ds4-out) and prints the summary table.
+#   bash docs/bench/h200-ds4.sh [SIZES] [TOKENS] [PHASES]
+#   SIZES default "1024 2048 4096", TOKENS 24, PHASES "compare" (any of compare verify preload):
+#   compare: stock vs ds4-stream, generation and --dump-logits, per cache size;
+#   verify:  ds4-stream with DS4_STREAM_VERIFY=1 (every delivered byte compared with the file);
+#   preload: the default popularity preload (no --ssd-streaming-cold), stock vs ds4-stream.
+# Logs go to /tmp/ds4-out; the summary to $OUT/summary.txt and the logs to $OUT/ds4-logs.tar.gz.
 set -uo pipefail
 out=/tmp/ds4-out
 mkdir -p "$out"
@@ -12,6 +16,7 @@ summary=${OUT:-$out}/summary.txt
 dev=.dev/device
 sizes=${1:-1024 2048 4096}
 ntok=${2:-24}
+phases=${3:-compare}
 model=/mnt/m/flash.gguf
 bin=/tmp/ds4b/ds4
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader
@@ -34,7 +39,7 @@ tail -2 "$out/build.log" 2>/dev/null
 
 # A short prompt (streaming prefill runs token by token: ~25 tokens), then greedy generation.
 prompt=${DS4_PROMPT:-"Explain how a solid state drive stores data, and why a model that streams its expert weights cares about queue depth."}
-common=(-m "$model" --cuda --ssd-streaming --ssd-streaming-cold -c 4096 --temp 0 --nothink)
+common=(-m "$model" --cuda --ssd-streaming -c 4096 --temp 0 --nothink)
 
 run() { # run NAME MODE CACHE [extra args...]
     local name=$1 mode=$2 cache=$3
@@ -57,14 +62,29 @@ run() { # run NAME MODE CACHE [extra args...]
     grep -v 'selected layer=' "$out/$name.err" >"$out/$name.log"; rm -f "$out/$name.err"
 }
 
-for c in $sizes; do
-    run "ds4s-gen-$c" on "$c" -p "$prompt" -n "$ntok"
-    run "stock-gen-$c" stock "$c" -p "$prompt" -n "$ntok"
-    run "ds4s-logits-$c" on "$c" -p "$prompt" --dump-logits "$out/ds4s-logits-$c.json"
-    run "stock-logits-$c" stock "$c" -p "$prompt" --dump-logits "$out/stock-logits-$c.json"
-    cmp -s "$out/stock-gen-$c.txt" "$out/ds4s-gen-$c.txt" && t=same || t=DIFFERENT
-    cmp -s "$out/stock-logits-$c.json" "$out/ds4s-logits-$c.json" && l=same || l=DIFFERENT
-    echo "cache $c: generated text $t, logits $l" | tee -a "$summary"
+cold=--ssd-streaming-cold
+for phase in $phases; do
+    for c in $sizes; do
+        case $phase in
+        compare)
+            run "ds4s-gen-$c" on "$c" $cold -p "$prompt" -n "$ntok"
+            run "stock-gen-$c" stock "$c" $cold -p "$prompt" -n "$ntok"
+            run "ds4s-logits-$c" on "$c" $cold -p "$prompt" --dump-logits "$out/ds4s-logits-$c.json"
+            run "stock-logits-$c" stock "$c" $cold -p "$prompt" --dump-logits "$out/stock-logits-$c.json"
+            cmp -s "$out/stock-gen-$c.txt" "$out/ds4s-gen-$c.txt" && t=same || t=DIFFERENT
+            cmp -s "$out/stock-logits-$c.json" "$out/ds4s-logits-$c.json" && l=same || l=DIFFERENT
+            echo "cache $c: generated text $t, logits $l" | tee -a "$summary"
+            ;;
+        verify)
+            DS4_STREAM_VERIFY=1 run "ds4s-verify-$c" on "$c" $cold -p "$prompt" -n "$ntok"
+            grep 'verify' "$out/ds4s-verify-$c.log" | tail -2 | tee -a "$summary"
+            ;;
+        preload)
+            run "ds4s-preload-$c" on "$c" -p "$prompt" -n "$ntok"
+            run "stock-preload-$c" stock "$c" -p "$prompt" -n "$ntok"
+            ;;
+        esac
+    done
 done
 [ -n "${OUT:-}" ] && tar -czf "$OUT/ds4-logs.tar.gz" -C "$out" --exclude='*.json' .
 head -c 300 "$out/ds4s-gen-${sizes%% *}.txt"; echo

@@ -61,7 +61,7 @@ touch "$out/.ds4s-build"
 rm -rf "$out/src"
 cp -r "$src/." "$out/src"
 chmod -R u+w "$out/src"
-cp "$here/ds4s_adapter.c" "$here/ds4s_adapter.h" "$here/ds4s_cuda.inc" "$root/include/ds4stream.h" \
+cp "$here/ds4s_adapter.c" "$here/ds4s_adapter.h" "$here/ds4s_cuda.inc" "$here/ds4s_rocm.inc" "$root/include/ds4stream.h" \
     "$out/src/"
 patch -p1 -d "$out/src" -s <"$here/ds4-80ebbc3.patch"
 

@@ -201,37 +201,60 @@ int ds4sa_attached(const void *map) { return handle_of(map) != 0; }
 
 ds4s_handle ds4sa_handle(const void *map) { return handle_of(map); }
 
-int ds4sa_read(const void *map, const ds4s_range *ranges, size_t n, int memory, const char *what) {
-    if (n == 0) return 1;
+/* Per-thread start times of begun batches would need TLS; the wait is timed from begin's clock
+ * kept in a small ring keyed by completion id instead. */
+#define DS4SA_T0_RING 64
+static struct {
+    ds4s_completion c;
+    uint64_t t0;
+} g_t0[DS4SA_T0_RING];
+
+int ds4sa_begin(const void *map, const ds4s_range *ranges, size_t n, int memory,
+                ds4s_completion *out) {
+    *out = 0;
+    const ds4s_handle h = handle_of(map);
+    if (!h) {
+        fprintf(stderr, "ds4: ds4-stream read: the model mapping is not attached\n");
+        return 0;
+    }
+    const uint64_t t0 = now_ns();
+    const int rc = ds4s_read(h, ranges, n, memory, out);
+    if (rc != DS4S_OK) {
+        fprintf(stderr, "ds4: ds4-stream read of %zu ranges refused: %s (%s)\n", n,
+                ds4s_last_error(), ds4s_status_name(rc));
+        return 0;
+    }
+    lock();
+    g_t0[*out % DS4SA_T0_RING].c = *out;
+    g_t0[*out % DS4SA_T0_RING].t0 = t0;
+    unlock();
+    return 1;
+}
+
+int ds4sa_end(const void *map, ds4s_completion c, const ds4s_range *ranges, size_t n,
+              const char *what) {
     const ds4s_handle h = handle_of(map);
     if (!h) {
         fprintf(stderr, "ds4: ds4-stream read of %s: the model mapping is not attached\n",
                 what ? what : "weights");
         return 0;
     }
-    const uint64_t t0 = now_ns();
-    ds4s_completion c = 0;
-    int rc = ds4s_read(h, ranges, n, memory, &c);
-    if (rc == DS4S_OK) {
-        rc = ds4s_wait(h, c, -1);
-        const char *err = rc == DS4S_OK ? "" : ds4s_last_error();
-        char msg[512];
-        snprintf(msg, sizeof(msg), "%s", err);
-        (void)ds4s_completion_free(h, c);
-        if (rc != DS4S_OK) {
-            fprintf(stderr, "ds4: ds4-stream read of %s failed: %s (%s)\n",
-                    what ? what : "weights", msg, ds4s_status_name(rc));
-            return 0;
-        }
-    } else {
-        fprintf(stderr, "ds4: ds4-stream read of %s refused: %s (%s)\n", what ? what : "weights",
-                ds4s_last_error(), ds4s_status_name(rc));
+    const int rc = ds4s_wait(h, c, -1);
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", rc == DS4S_OK ? "" : ds4s_last_error());
+    (void)ds4s_completion_free(h, c);
+    if (rc != DS4S_OK) {
+        fprintf(stderr, "ds4: ds4-stream read of %s failed: %s (%s)\n", what ? what : "weights",
+                msg, ds4s_status_name(rc));
         return 0;
     }
-    const uint64_t dt = now_ns() - t0;
+    const uint64_t t1 = now_ns();
     uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++) bytes += ranges[i].len;
     lock();
+    uint64_t t0 = t1;
+    if (g_t0[c % DS4SA_T0_RING].c == c) t0 = g_t0[c % DS4SA_T0_RING].t0;
+    const uint64_t dt = t1 - t0;
     g_counters.batches++;
     g_counters.ranges += n;
     g_counters.bytes += bytes;
@@ -244,6 +267,21 @@ int ds4sa_read(const void *map, const ds4s_range *ranges, size_t n, int memory, 
                 dt ? (double)bytes / (double)dt : 0.0);
     }
     return 1;
+}
+
+int ds4sa_read(const void *map, const ds4s_range *ranges, size_t n, int memory, const char *what) {
+    if (n == 0) return 1;
+    if (!handle_of(map)) {
+        fprintf(stderr, "ds4: ds4-stream read of %s: the model mapping is not attached\n",
+                what ? what : "weights");
+        return 0;
+    }
+    ds4s_completion c = 0;
+    if (!ds4sa_begin(map, ranges, n, memory, &c)) {
+        fprintf(stderr, "ds4: ds4-stream read of %s: not started\n", what ? what : "weights");
+        return 0;
+    }
+    return ds4sa_end(map, c, ranges, n, what);
 }
 
 int ds4sa_read_device(const void *map, void *dst, uint64_t offset, uint64_t len, const char *what) {

@@ -43,6 +43,14 @@ int ds4sa_attached(const void *map);
  * Returns 1 on success; 0 after printing "ds4: ds4-stream ... <what>: <why>". */
 int ds4sa_read(const void *map, const ds4s_range *ranges, size_t n, int memory, const char *what);
 
+/* The same, split in two so the caller can work while the reads run: ds4sa_begin starts the
+ * batch (1, *out set; 0 after printing why), ds4sa_end waits for it, frees it and counts it
+ * (1 ok; 0 after printing why). Every begun batch must be ended. */
+int ds4sa_begin(const void *map, const ds4s_range *ranges, size_t n, int memory,
+                ds4s_completion *out);
+int ds4sa_end(const void *map, ds4s_completion c, const ds4s_range *ranges, size_t n,
+              const char *what);
+
 /* One range to device memory (what: a label for errors). */
 int ds4sa_read_device(const void *map, void *dst, uint64_t offset, uint64_t len, const char *what);
 
@@ -57,7 +65,7 @@ typedef struct ds4sa_counters {
     uint64_t batches;
     uint64_t ranges;
     uint64_t bytes;
-    uint64_t wait_ns; /* time spent inside ds4sa_read */
+    uint64_t wait_ns; /* summed time from each batch's start to the end of its wait */
 } ds4sa_counters;
 void ds4sa_get_counters(ds4sa_counters *out);
 

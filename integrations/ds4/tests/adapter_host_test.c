@@ -2,12 +2,15 @@
  * adapter_host_test.c: the DS4 adapter's generic part (ds4s_adapter.c) on the host backend, as
  * DS4's GPU backend drives it: attach a model fd with a (stand-in) mapping address, read a
  * layer's misses as one batch (gate and up of every expert, then every down) into memory, and
- * compare every byte with pread of the same file. Built and run by capi/tests/ds4_adapter.rs.
+ * compare every byte with a plain stdio read of the same file. Built and run by
+ * capi/tests/ds4_adapter.rs (Linux) and .ci/wine-tests.sh (mingw-w64, ds4stream.dll, Wine).
  *
  *   adapter_host_test MODEL.gguf          full check, exit 0 on success
  *   DS4_STREAM=stock adapter_host_test M  the stock switch: nothing attaches, exit 0
  */
+#if !defined(_WIN32)
 #define _GNU_SOURCE
+#endif
 #include "ds4s_adapter.h"
 
 #include <fcntl.h>
@@ -15,7 +18,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef _WIN32
+#include <io.h>
+#define open_ro(p) _open((p), _O_RDONLY | _O_BINARY)
+#define close_fd _close
+#else
 #include <unistd.h>
+#define open_ro(p) open((p), O_RDONLY)
+#define close_fd close
+#endif
+
+/* The reference read: stdio, independent of the engine, on both systems. */
+static int read_at(FILE *f, void *buf, size_t len, uint64_t off) {
+#ifdef _WIN32
+    if (_fseeki64(f, (__int64)off, SEEK_SET) != 0) return 0;
+#else
+    if (fseeko(f, (off_t)off, SEEK_SET) != 0) return 0;
+#endif
+    return fread(buf, 1, len, f) == len;
+}
 
 #define CHECK(c)                                                                  \
     do {                                                                          \
@@ -29,10 +50,12 @@ static char g_map_stand_in[1];
 
 int main(int argc, char **argv) {
     CHECK(argc == 2);
-    const int fd = open(argv[1], O_RDONLY);
+    const int fd = open_ro(argv[1]);
     CHECK(fd >= 0);
+    FILE *ref = fopen(argv[1], "rb");
+    CHECK(ref != NULL);
     struct stat st;
-    CHECK(fstat(fd, &st) == 0);
+    CHECK(stat(argv[1], &st) == 0);
     const void *map = g_map_stand_in;
 
     const char *mode = getenv("DS4_STREAM");
@@ -88,7 +111,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) {
         char *want = malloc(ranges[i].len);
         CHECK(want != NULL);
-        CHECK(pread(fd, want, ranges[i].len, (off_t)ranges[i].file_offset) == (ssize_t)ranges[i].len);
+        CHECK(read_at(ref, want, (size_t)ranges[i].len, ranges[i].file_offset));
         CHECK(memcmp(want, ranges[i].dst, ranges[i].len) == 0);
         free(want);
     }
@@ -116,7 +139,8 @@ int main(int argc, char **argv) {
     ds4sa_detach_all();
     CHECK(!ds4sa_attached(map));
     ds4sa_detach_all();
-    close(fd);
+    fclose(ref);
+    close_fd(fd);
     printf("adapter ok: %zu ranges, %llu bytes verified\n", n, (unsigned long long)total);
     return 0;
 }
