@@ -1092,3 +1092,53 @@ fn text_and_json_count_cache_hits_the_same_way() {
     // The same routing: the same lookups (which are hits can move with IO timing).
     assert_eq!(n("lookups"), lookups);
 }
+
+#[test]
+fn one_demo_model_in_the_cache_directory_for_every_command() {
+    let cache = tempfile::tempdir().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let with_cache = |args: &[&str]| {
+        let mut c = ds4(args);
+        c.current_dir(cwd.path())
+            .env("XDG_CACHE_HOME", cache.path())
+            .env_remove("LOCALAPPDATA");
+        run(&mut c, Duration::from_secs(300), None)
+    };
+    // `ds4 demo` writes the demo model into the cache directory, never into the current one.
+    let r = with_cache(&["demo", "--tokens", "1"]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let model = cache.path().join("ds4-stream").join("ds4-demo.gguf");
+    assert!(
+        r.stderr.contains("generating the demo model at") && r.stderr.contains(s(&model)),
+        "{}",
+        r.stderr
+    );
+    assert!(model.exists());
+    assert!(String::from_utf8_lossy(&r.stdout).contains("all correct"));
+    assert_eq!(gen_util::dir_names(cwd.path()), Vec::<String>::new());
+    // `ds4 --demo` and `ds4 plan --demo` use that same file: nothing is generated again.
+    for args in [
+        &["--demo", "-n", "1"][..],
+        &["plan", "--demo", "--gpu-mem", "24GiB"],
+        &["demo", "--tokens", "1", "--seed", "7"],
+    ] {
+        let r = with_cache(args);
+        assert_eq!(r.code, Some(0), "{args:?}: {r:?}");
+        assert!(!r.stderr.contains("generating"), "{args:?}: {}", r.stderr);
+    }
+    // Not the generator's file (here: cut short): written again, not used.
+    let len = std::fs::metadata(&model).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&model)
+        .unwrap()
+        .set_len(len - 1)
+        .unwrap();
+    let r = with_cache(&["demo", "--tokens", "1"]);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stderr.contains("writing it again"), "{}", r.stderr);
+    assert_eq!(std::fs::metadata(&model).unwrap().len(), len);
+    assert_eq!(gen_util::dir_names(cwd.path()), Vec::<String>::new());
+    // An explicit -m that is not there is refused, not generated.
+    fails(&with_cache(&["demo", "-m", "nope.gguf"]), 2, "no such file");
+}

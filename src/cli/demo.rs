@@ -1,5 +1,6 @@
 //! `ds4 demo`: the main job on the embedded default. Generates the demo model (a DS4-layout GGUF,
-//! deterministic) if it is not there yet, shows its DS4 layout, then streams the routed experts
+//! deterministic; the one `ds4 --demo` uses, in the user's cache directory) if it is not there
+//! yet or not the current generator's, shows its DS4 layout, then streams the routed experts
 //! of a run of simulated tokens through the engine into device memory and checks every byte
 //! against the generator.
 //!
@@ -23,10 +24,12 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Demo model path; generated (scale demo) when missing.
-    #[arg(long, default_value = "target/ds4-demo/ds4-demo.gguf")]
-    pub model: PathBuf,
-    /// Seed for generating the model and for the synthetic routing.
+    /// A DS4 GGUF written by `ds4 gen-model` (its bytes are verified against the generator)
+    /// [default: the demo model in the user's cache directory, `~/.cache/ds4-stream/`,
+    /// generated once and shared with `ds4 --demo` and `ds4 plan --demo`].
+    #[arg(short = 'm', long)]
+    pub model: Option<PathBuf>,
+    /// Seed of the synthetic routing (which experts each simulated token reads).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Simulated tokens to stream (each: every layer's 6 experts), 1 to 1,000,000.
@@ -93,15 +96,8 @@ fn route(seed: u64, token: u64, layer: u64, n: u64, used: u64) -> Vec<u64> {
     out
 }
 
-fn ensure_model(a: &Args) -> CliResult {
-    if a.model.exists() {
-        return Ok(());
-    }
-    generate_demo_model(&a.model, a.seed)
-}
-
-/// Writes the demo model (scale demo, `seed`) to `path`, creating its directory.
-pub(super) fn generate_demo_model(path: &std::path::Path, seed: u64) -> CliResult {
+/// Writes the demo model (scale demo, seed 0) to `path`, creating its directory.
+fn generate_demo_model(path: &std::path::Path) -> CliResult {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| {
             CliError::runtime(format!("cannot create directory {}: {e}", dir.display()))
@@ -114,7 +110,7 @@ pub(super) fn generate_demo_model(path: &std::path::Path, seed: u64) -> CliResul
         path.display()
     );
     super::gen_model::check_out(path, false)?;
-    super::gen_model::write(path, &demo_options(seed))
+    super::gen_model::write(path, &demo_options(0))
 }
 
 fn demo_options(seed: u64) -> Options {
@@ -192,8 +188,10 @@ fn generator_for(file: &GgufFile, model: &Ds4Model) -> Result<(Generator, FillPl
 }
 
 pub fn run(a: Args) -> CliResult {
-    ensure_model(&a)?;
-    let path = &a.model;
+    let path = &match &a.model {
+        Some(m) => model_path(false, m)?,
+        None => model_path(true, std::path::Path::new(""))?,
+    };
     // Malformed, unopenable or not DS4: 2; an IO error while reading the header: 1.
     let (file, model) = Ds4Model::open(path).map_err(|e| match e.is_bad_input() {
         true => CliError::bad_input(chain(&e)),
@@ -455,7 +453,7 @@ fn model_path(demo: bool, model: &std::path::Path) -> Result<PathBuf, CliError> 
             })?;
         }
         if !p.exists() {
-            generate_demo_model(&p, 0)?;
+            generate_demo_model(&p)?;
         }
         p
     } else {
