@@ -1142,3 +1142,16 @@ fn one_demo_model_in_the_cache_directory_for_every_command() {
     // An explicit -m that is not there is refused, not generated.
     fails(&with_cache(&["demo", "-m", "nope.gguf"]), 2, "no such file");
 }
+
+#[test]
+fn stress_duration_is_honoured() {
+    // The default shape (6 GiB file, 2.25 GiB reads across 2 and 4 GiB, storms): a 10 s run
+    // took 25 s when a multi-GiB read started just before the end ran and was verified after
+    // it. Now: the duration, plus about a second of set-up and final checks (slack for a busy
+    // 2-core machine running other tests).
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ds4-stress"));
+    let r = run(c.args(["--duration", "4s"]), Duration::from_secs(60), None);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(String::from_utf8_lossy(&r.stdout).contains("PASS"), "{r:?}");
+    assert!(r.secs < 4.0 + 3.5, "a 4 s run took {:.1} s", r.secs);
+}

@@ -22,7 +22,10 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(name = "ds4-stress", version)]
 struct Args {
-    /// Run this long (e.g. 30s, 10m). Default 10s when --ops is not given either.
+    /// Run this long (e.g. 30s, 10m). Default 10s when --ops is not given either. Near the
+    /// end no operation starts that cannot finish by then at the rate verified so far (the
+    /// multi-GiB reads stop first); the file's set-up before and the final checks after add
+    /// about a second.
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
     /// Stop after this many operations (all clients together).

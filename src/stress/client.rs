@@ -127,6 +127,35 @@ pub struct Ctx {
     pub async_client: bool,
 }
 
+impl Ctx {
+    /// The largest operation to draw now: the memory budget, `--max-op`, and what can still
+    /// finish before the deadline ([`super::Work::bytes_until_deadline`]; at least 1 MiB, so
+    /// small reads go on to the end).
+    fn op_cap(&self) -> u64 {
+        self.budget
+            .max()
+            .min(self.max_op_bytes)
+            .min(self.in_time(0))
+    }
+
+    /// Bytes an operation may still have to finish by the deadline, with `own` bytes of the
+    /// budget held by the caller (not someone else's work in flight); at least 1 MiB.
+    fn in_time(&self, own: u64) -> u64 {
+        let verified = self.tally.bytes_verified.load(Ordering::Relaxed);
+        let others = self.budget.used().saturating_sub(own);
+        self.work
+            .bytes_until_deadline(verified, others)
+            .max(1 << 20)
+    }
+
+    /// After waiting for the budget: whether the operation still starts (the run is not over,
+    /// and it can still finish in time; a multi-GiB read drawn early may get its bytes only
+    /// near the end).
+    fn still_starts(&self, op: &Op, held: u64) -> bool {
+        !self.work.past_deadline() && op.bytes() <= self.in_time(held)
+    }
+}
+
 /// Picks a random operation that fits the memory budget.
 pub fn plan(rng: &mut Rng, file_len: u64, huge: u64, budget: u64, async_client: bool) -> Op {
     loop {
@@ -498,15 +527,13 @@ pub fn thread_client(ctx: Arc<Ctx>, seed: u64, lost: Arc<std::sync::Mutex<Vec<Ti
     let mut s = Scratch::default();
     let file_len = ctx.expect.len();
     while let Some(id) = ctx.work.next() {
-        let mut op = plan(
-            &mut rng,
-            file_len,
-            ctx.huge_bytes,
-            ctx.budget.max().min(ctx.max_op_bytes),
-            false,
-        );
+        let mut op = plan(&mut rng, file_len, ctx.huge_bytes, ctx.op_cap(), false);
         op.cancel = pick_cancel(&mut rng, ctx.cancel);
-        let _held = ctx.budget.acquire(op.bytes().max(op.dest_len as u64));
+        let need = op.bytes().max(op.dest_len as u64);
+        let _held = ctx.budget.acquire(need);
+        if !ctx.still_starts(&op, need) {
+            continue; // the budget came free too late for this one
+        }
         ctx.tally.ops.fetch_add(1, Ordering::Relaxed);
         let reuse = op.bad.is_none();
         let dst = match poisoned(ctx.device.as_ref(), op.dest, op.dest_len, reuse, &mut s) {
@@ -569,13 +596,7 @@ pub async fn task_client(ctx: Arc<Ctx>, seed: u64) {
     let mut s = Scratch::default();
     let file_len = ctx.expect.len();
     while let Some(id) = ctx.work.next() {
-        let mut op = plan(
-            &mut rng,
-            file_len,
-            ctx.huge_bytes,
-            ctx.budget.max().min(ctx.max_op_bytes),
-            true,
-        );
+        let mut op = plan(&mut rng, file_len, ctx.huge_bytes, ctx.op_cap(), true);
         op.cancel = pick_cancel(&mut rng, ctx.cancel);
         // Never block a runtime thread on the budget: the tasks that would give bytes back
         // need those threads to run (a blocking acquire here deadlocked a 5-minute run).
@@ -586,6 +607,9 @@ pub async fn task_client(ctx: Arc<Ctx>, seed: u64) {
                 None => tokio::time::sleep(Duration::from_millis(1)).await,
             }
         };
+        if !ctx.still_starts(&op, need) {
+            continue;
+        }
         ctx.tally.ops.fetch_add(1, Ordering::Relaxed);
         let labels = labels(id, op.ranges.len());
         let limit = match op.cancel {

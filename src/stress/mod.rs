@@ -156,6 +156,10 @@ impl Budget {
     pub fn max(&self) -> u64 {
         self.max
     }
+    /// Bytes held now.
+    pub fn used(&self) -> u64 {
+        *self.used.lock().unwrap_or_else(PoisonError::into_inner)
+    }
     /// Takes `n` bytes if they fit now (async clients poll this: blocking a runtime thread
     /// in [`Budget::acquire`] could stall the very tasks that would give bytes back).
     pub fn try_acquire(&self, n: u64) -> Option<BudgetGuard<'_>> {
@@ -195,6 +199,7 @@ impl Drop for BudgetGuard<'_> {
 
 /// When to stop: a deadline and/or an op count, or an explicit stop.
 pub struct Work {
+    start: Instant,
     deadline: Option<Instant>,
     limit: Option<u64>,
     issued: AtomicU64,
@@ -207,8 +212,10 @@ impl Work {
             (None, None) => Some(Duration::from_secs(10)),
             (d, _) => d,
         };
+        let start = Instant::now();
         Self {
-            deadline: duration.map(|d| Instant::now() + d),
+            start,
+            deadline: duration.map(|d| start + d),
             limit,
             issued: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
@@ -235,6 +242,28 @@ impl Work {
     }
     fn stop(&self) {
         self.stopped.store(true, Ordering::Relaxed);
+    }
+    /// True once the run's duration is over (false for a run bounded by --ops alone).
+    pub fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+    /// The largest operation that can still finish by the deadline: what the run has verified
+    /// per second so far times the time left, less the bytes other clients hold in flight
+    /// (they finish first). Without a deadline, or in the first second (no rate yet): no cap.
+    /// This keeps `--duration` honest: a multi-GiB read started a moment before the end
+    /// would otherwise run (and be verified) for seconds after it.
+    pub fn bytes_until_deadline(&self, verified: u64, in_flight: u64) -> u64 {
+        let Some(deadline) = self.deadline else {
+            return u64::MAX;
+        };
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.start).as_secs_f64();
+        if elapsed < 1.0 || verified == 0 {
+            return u64::MAX;
+        }
+        let left = deadline.saturating_duration_since(now).as_secs_f64();
+        let can = (verified as f64 / elapsed * left) as u64;
+        can.saturating_sub(in_flight)
     }
 }
 
