@@ -1155,3 +1155,49 @@ fn stress_duration_is_honoured() {
     assert!(String::from_utf8_lossy(&r.stdout).contains("PASS"), "{r:?}");
     assert!(r.secs < 4.0 + 3.5, "a 4 s run took {:.1} s", r.secs);
 }
+
+#[test]
+fn texts_say_what_the_programs_do() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The spec every MoE module cites ships with the repository, and is cited by that path.
+    assert!(root.join("docs/MOE_STACK.md").is_file());
+    let mut stack = vec![root.join("Cargo.toml"), root.join("README.md")];
+    for dir in ["src", "docs", "tests", "benches"] {
+        let mut todo = vec![root.join(dir)];
+        while let Some(d) = todo.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    todo.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs" || x == "md") {
+                    stack.push(p);
+                }
+            }
+        }
+    }
+    for p in stack {
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        for (i, _) in text.match_indices("MOE_STACK.md") {
+            let before = &text[..i];
+            assert!(
+                before.ends_with("docs/")
+                    || p.ends_with("docs/STATUS.md")
+                    || p.ends_with("cli_contract.rs"),
+                "{}: MOE_STACK.md cited without docs/",
+                p.display()
+            );
+        }
+    }
+    // ds4-bench io --total: a token of the expert pattern is 6 experts of 6.75 MiB.
+    let r = run(bench(&["io", "--help"]).stdout(Stdio::piped()), QUICK, None);
+    assert!(String::from_utf8_lossy(&r.stdout).contains("40.5 MiB"));
+    // ds4 demo has no cache to promise.
+    let (_d, p) = tiny();
+    let r = quick(&["demo", "-m", s(&p), "--tokens", "1"]);
+    ok(&r);
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        out.contains("no expert cache (every expert streamed") && !out.contains("yet"),
+        "{out}"
+    );
+}

@@ -1,5 +1,5 @@
 //! `ds4` (no subcommand): the MoE stack on generated models, end to end through the binary.
-//! - against an independent numpy + gguf-py implementation of MOE_STACK.md
+//! - against an independent numpy + gguf-py implementation of docs/MOE_STACK.md
 //!   (tests/py/moe_oracle.py, float64) on the tiny and demo models: relative L2 error ≤ 1e-5;
 //! - resident ≡ streamed: identical digests at several cache sizes, policies and cold reads;
 //! - the trace and dump formats; bad input (hostile tid2eid, a cache below K experts, a token

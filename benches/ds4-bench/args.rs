@@ -103,8 +103,8 @@ pub struct IoArgs {
     /// O_DIRECT settings to sweep (hot runs use only `off`).
     #[arg(long, value_delimiter = ',', value_enum, default_value = "on,off")]
     pub direct: Vec<OnOff>,
-    /// Bytes read per run (seq: the first TOTAL bytes; expert: TOTAL / 42 MiB tokens, no expert
-    /// twice). [default: the whole file]
+    /// Bytes read per run (seq: the first TOTAL bytes; expert: TOTAL / 40.5 MiB tokens of 6 experts of
+    /// 6.75 MiB, no expert twice). [default: the whole file]
     #[arg(long, value_parser = size_arg)]
     pub total: Option<u64>,
     /// Repetitions per configuration; the median is reported.

@@ -5,8 +5,8 @@
 //! against the generator.
 //!
 //! Limits, stated in its output too: routing is synthetic (6 distinct experts per layer drawn from
-//! a seeded hash, not a router), there is no expert cache yet (every expert of every token is
-//! streamed). The device is `--backend` (default: the host backend emulating a discrete GPU with
+//! a seeded hash, not a router), and there is no expert cache here (every expert of every token
+//! is streamed: the raw IO path; `ds4 --ssd-streaming` runs the cache). The device is `--backend` (default: the host backend emulating a discrete GPU with
 //! a staging ring and a copy thread, so the numbers show the SSD/page-cache side of the path;
 //! `--backend cuda` streams into a real GPU's memory and reads it back to verify).
 
@@ -387,8 +387,8 @@ pub fn run(a: Args) -> CliResult {
         };
         let _ = writeln!(
             t,
-            "note: synthetic routing, no expert cache yet (every expert streamed); device: {} \
-             ({mode})",
+            "note: synthetic routing, no expert cache (every expert streamed; `ds4 \
+             --ssd-streaming` runs the expert cache); device: {} ({mode})",
             device.name()
         );
         super::out(&t)?;

@@ -3,7 +3,7 @@
 //!
 //! Why: the GPU kernels (`kernels/ds4_kernels.cu`, exported as [`DS4_KERNELS_CU`]) need a
 //! reference to be checked against, and the host backend needs the same arithmetic to run the
-//! MoE stack (the project's MOE_STACK.md: router, routed experts, shared expert) itself.
+//! MoE stack (docs/MOE_STACK.md: router, routed experts, shared expert) itself.
 //!
 //! What: [`quant`] decodes the ggml block formats the stack uses (F32, F16, Q8_0, Q2_K, Q4_K,
 //! IQ2_XXS; dequantisation bit-identical to gguf-py 0.19) and multiplies quantised matrices by

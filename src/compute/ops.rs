@@ -1,5 +1,5 @@
 //! The element-wise and reduction steps of the MoE stack `ds4 --ssd-streaming` computes (its
-//! arithmetic is fixed in the project's MOE_STACK.md): rms_norm, sqrt(softplus), the router's
+//! arithmetic is fixed in docs/MOE_STACK.md): rms_norm, sqrt(softplus), the router's
 //! top-k, swiglu with clamp, and the weighted accumulate. All f32, as the stack is.
 //!
 //! Summation order (fixed, so host results are deterministic): every sum goes through [`dot`]:

@@ -1,5 +1,4 @@
-//! The MoE half of DS4's decode, exactly as ../shared/MOE_STACK.md fixes it (mirrored in
-//! docs/MOE_STACK.md): per token, per layer, RMS norm → router (F16) → sqrt(softplus) →
+//! The MoE half of DS4's decode, exactly as docs/MOE_STACK.md (the project's spec) fixes it: per token, per layer, RMS norm → router (F16) → sqrt(softplus) →
 //! experts (hash layers: `tid2eid[token]`; others: top-k of p + bias) → weights (normalised,
 //! scaled) → the K routed experts' SwiGLU FFNs and the shared expert → residual add.
 //!

@@ -1,4 +1,4 @@
-//! One token through the MoE stack (MOE_STACK.md), on the host reference kernels.
+//! One token through the MoE stack (docs/MOE_STACK.md), on the host reference kernels.
 
 use super::experts::{ExpertData, ExpertProvider, Fetch};
 use super::{DecodeError, MoeWeights};
@@ -173,7 +173,7 @@ impl<'a> MoeStack<'a> {
 }
 
 /// The experts of token `t` at one layer and their final weights, from the router's
-/// probabilities `pr` (MOE_STACK.md: hash layers take `tid2eid[t]`, others the top-k of p + bias;
+/// probabilities `pr` (docs/MOE_STACK.md: hash layers take `tid2eid[t]`, others the top-k of p + bias;
 /// weights from p, normalised when `norm`, then scaled). Shared by every backend: the routing is
 /// computed on the host everywhere.
 pub(crate) fn route(

@@ -8,7 +8,7 @@ use crate::gguf::{GgmlType, GgufFile, Value};
 use crate::model::{Ds4Model, TensorRef};
 use bytes::Bytes;
 
-/// The numbers of MOE_STACK.md's notation.
+/// The numbers of docs/MOE_STACK.md's notation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoeParams {
     /// E

@@ -1,4 +1,4 @@
-//! `ds4` with no subcommand: the MoE stack of MOE_STACK.md over a DS4 file's real weights, for
+//! `ds4` with no subcommand: the MoE stack of docs/MOE_STACK.md over a DS4 file's real weights, for
 //! a sequence of tokens, resident (every expert read first) or `--ssd-streaming` (experts
 //! through a bounded cache, misses read by the engine). Prints throughput, cache and IO
 //! figures and the SHA-256 digest of every hidden state (equal for resident and streamed runs).

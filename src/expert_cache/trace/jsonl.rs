@@ -1,4 +1,4 @@
-//! The reader of `ds4 --record-trace` files (JSON Lines, ../shared/MOE_STACK.md): one object per
+//! The reader of `ds4 --record-trace` files (JSON Lines, docs/MOE_STACK.md): one object per
 //! (token, layer), `{"token": i, "id": t, "layer": l, "experts": [...], "weights": [...]}`.
 //! Feature `tools` only (serde_json). `id` and `weights` are accepted and not used; unknown
 //! fields are ignored. Steps keep the file's order.
