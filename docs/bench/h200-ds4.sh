@@ -86,5 +86,5 @@ for phase in $phases; do
         esac
     done
 done
-[ -n "${OUT:-}" ] && tar -czf "$OUT/ds4-logs.tar.gz" -C "$out" --exclude='*.json' .
+[ -n "${OUT:-}" ] && tar -czf "$OUT/ds4-logs-${phases// /-}.tar.gz" -C "$out" --exclude='*.json' .
 head -c 300 "$out/ds4s-gen-${sizes%% *}.txt"; echo
