@@ -1202,3 +1202,59 @@ fn texts_say_what_the_programs_do() {
         "{out}"
     );
 }
+
+/// A pseudo-terminal: (master, slave). The slave is what the child gets as stdout.
+fn pty() -> (OwnedFd, std::fs::File) {
+    // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a descriptor we own; the name
+    // buffer outlives the call and its size is passed.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        let master = OwnedFd::from_raw_fd(m);
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let name = std::ffi::CStr::from_ptr(name.as_ptr()).to_str().unwrap();
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(name)
+            .unwrap();
+        (master, slave)
+    }
+}
+
+#[test]
+fn cat_refuses_a_terminal_unless_forced() {
+    let (_d, p) = tiny();
+    let (_master, slave) = pty();
+    let r = run(
+        &mut ds4(&["cat", s(&p), "token_embd.weight"]),
+        QUICK,
+        Some(Stdio::from(slave.try_clone().unwrap())),
+    );
+    let line = fails(&r, 2, "to a terminal");
+    assert!(
+        line.contains("--force") && line.contains("> FILE"),
+        "{line}"
+    );
+    // --force writes them (16 bytes: the pty's buffer holds them without a reader).
+    let r = run(
+        &mut ds4(&[
+            "cat",
+            s(&p),
+            "token_embd.weight",
+            "--range",
+            "0:16",
+            "--force",
+        ]),
+        QUICK,
+        Some(Stdio::from(slave)),
+    );
+    ok(&r);
+    // A pipe or a file needs no flag.
+    let r = quick(&["cat", s(&p), "token_embd.weight", "--range", "0:16"]);
+    ok(&r);
+    assert_eq!(r.stdout.len(), 16);
+}

@@ -7,6 +7,8 @@
 //! written out in order: bounded memory whatever the tensor size ([`copy_range`]). Readers and
 //! window follow the bytes' page-cache residency ([`shape_for`]): deep queues for cold bytes,
 //! one reader per core for cached ones. A closed stdout (`ds4 cat … | head -c 10`) is success.
+//! A terminal as stdout is refused (exit 2) unless `--force`: tensor bytes are binary, and
+//! megabytes of them would garble the terminal.
 
 use super::{is_broken_pipe, CliError, CliResult};
 use crate::device::BackendKind;
@@ -14,7 +16,7 @@ use crate::engine::{BytesTicket, Engine, EngineConfig, EngineError};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::model::Ds4Model;
 use std::collections::VecDeque;
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 
 /// Bytes per engine request.
@@ -128,6 +130,17 @@ pub struct Args {
     /// before it is written (checks the GPU path byte for byte; slower than host).
     #[arg(long, default_value = "host")]
     pub backend: crate::device::BackendArg,
+    /// Write the bytes even when stdout is a terminal (refused otherwise: they are binary).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// The refusal of binary output to a terminal, with how to opt in.
+fn terminal_refusal(what: &str, len: u64) -> CliError {
+    CliError::bad_input(format!(
+        "refusing to write {len} bytes of {what} (binary) to a terminal: redirect stdout \
+         (`> FILE`, `| xxd | head`) or pass --force"
+    ))
 }
 
 /// Why a copy stopped.
@@ -368,6 +381,9 @@ pub fn run(a: Args) -> CliResult {
     let offset = base + start;
 
     let stdout = io::stdout();
+    if !a.force && stdout.is_terminal() {
+        return Err(terminal_refusal(&what, len));
+    }
     let mut out = stdout.lock();
     let r = if a.backend == crate::device::BackendArg::Kind(BackendKind::Host) {
         let shape = shape_of(&a.file, offset, len).map_err(CliError::bad_input)?;
