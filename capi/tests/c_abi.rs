@@ -6,43 +6,21 @@
 //! Windows: .ci/wine-tests.sh builds the same program with mingw-w64 and runs it under Wine.
 #![cfg(unix)]
 
-use ds4_stream::generate::{write_file, Options, Quant, Scale};
-use std::path::{Path, PathBuf};
+mod common;
+use std::path::Path;
 use std::process::Command;
-
-/// target/<profile>/deps/: where `cargo test` rebuilds libds4stream.so beside this test (it
-/// does not copy it up to target/<profile>/, so a copy there may be stale).
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().to_path_buf()
-}
-
-fn tiny(dir: &Path) -> PathBuf {
-    let path = dir.join("tiny.gguf");
-    let opts = Options {
-        scale: Scale::Tiny,
-        seed: 7,
-        holes: None,
-        fill_layers: Vec::new(),
-        fill_experts: None,
-        quant: Quant::Q2,
-        layers: None,
-    };
-    write_file(&path, &opts, &mut |_| {}).unwrap();
-    path
-}
 
 #[test]
 fn c_program_passes_against_the_shared_library() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = lib_dir();
+    let lib = common::lib_dir();
     assert!(
         lib.join("libds4stream.so").exists(),
         "no libds4stream.so in {} (cargo builds the cdylib with the tests)",
         lib.display()
     );
     let dir = tempfile::tempdir().unwrap();
-    let model = tiny(dir.path());
+    let model = common::tiny(dir.path(), 7);
     // Malformed: the model's first 4000 bytes (a GGUF header cut short).
     let bytes = std::fs::read(&model).unwrap();
     let malformed = dir.path().join("truncated.gguf");

@@ -7,41 +7,17 @@
 //! it is skipped. (The CUDA build is compiled and run on a GPU machine: docs/DS4_INTEGRATION.md.)
 #![cfg(all(unix, target_os = "linux"))]
 
-use ds4_stream::generate::{write_file, Options, Quant, Scale};
+mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// target/<profile>/deps/: where `cargo test` builds libds4stream.so beside this test.
-fn lib_dir() -> PathBuf {
-    std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn tiny(dir: &Path) -> PathBuf {
-    let path = dir.join("tiny.gguf");
-    let opts = Options {
-        scale: Scale::Tiny,
-        seed: 11,
-        holes: None,
-        fill_layers: Vec::new(),
-        fill_experts: None,
-        quant: Quant::Q2,
-        layers: None,
-    };
-    write_file(&path, &opts, &mut |_| {}).unwrap();
-    path
-}
-
 fn build_host_test(dir: &Path) -> PathBuf {
     let root = root();
-    let lib = lib_dir();
+    let lib = common::lib_dir();
     assert!(
         lib.join("libds4stream.so").exists(),
         "no libds4stream.so in {}",
@@ -75,7 +51,7 @@ fn build_host_test(dir: &Path) -> PathBuf {
 #[test]
 fn adapter_reads_batches_and_honours_the_stock_switch() {
     let dir = tempfile::tempdir().unwrap();
-    let model = tiny(dir.path());
+    let model = common::tiny(dir.path(), 11);
     let exe = build_host_test(dir.path());
 
     let out = Command::new(&exe)
@@ -139,7 +115,7 @@ fn patched_ds4_cpu_engine_builds_and_links() {
         .arg(&src)
         .arg(&out_dir)
         .arg("cpu")
-        .env("DS4S_LIB_DIR", lib_dir())
+        .env("DS4S_LIB_DIR", common::lib_dir())
         .output()
         .unwrap();
     assert!(
@@ -180,7 +156,7 @@ fn patched_ds4_cpu_engine_builds_and_links() {
         .arg(&src)
         .arg(&foreign)
         .arg("cpu")
-        .env("DS4S_LIB_DIR", lib_dir())
+        .env("DS4S_LIB_DIR", common::lib_dir())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

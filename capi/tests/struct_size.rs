@@ -4,27 +4,12 @@
 //! (ds4s_options in, ds4s_layout / ds4s_tensor / ds4s_stats out), and sizes outside
 //! 4..=DS4S_STRUCT_SIZE_MAX are refused.
 
-use ds4_stream::generate::{write_file, Options, Quant, Scale};
+mod common;
 use ds4stream::error::*;
 use ds4stream::*;
 use std::ffi::{CStr, CString};
 use std::mem::size_of;
-use std::path::{Path, PathBuf};
-
-fn tiny(dir: &Path) -> PathBuf {
-    let path = dir.join("tiny.gguf");
-    let opts = Options {
-        scale: Scale::Tiny,
-        seed: 5,
-        holes: None,
-        fill_layers: Vec::new(),
-        fill_experts: None,
-        quant: Quant::Q2,
-        layers: None,
-    };
-    write_file(&path, &opts, &mut |_| {}).unwrap();
-    path
-}
+use std::path::Path;
 
 fn last_error() -> String {
     // SAFETY: ds4s_last_error never returns NULL and the string lives until this thread's next
@@ -82,7 +67,7 @@ fn open_with(path: &Path, o: &Ds4sOptions, size: usize, tail: Option<(usize, u8)
 #[test]
 fn options_smaller_read_missing_fields_as_default_larger_need_zero_tails() {
     let dir = tempfile::tempdir().unwrap();
-    let path = tiny(dir.path());
+    let path = common::tiny(dir.path(), 5);
     let ours = size_of::<Ds4sOptions>();
 
     // Fields past struct_size are not read: a bad `reserved` (the last field) and a bad
@@ -226,7 +211,7 @@ fn check_out(name: &str, ours: usize, full: &[u8], f: &dyn Fn(*mut u8) -> i32) {
 #[test]
 fn output_structs_get_exactly_struct_size_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let path = tiny(dir.path());
+    let path = common::tiny(dir.path(), 5);
     let (rc, h) = open_with(&path, &options(), size_of::<Ds4sOptions>(), None);
     assert_eq!(rc, DS4S_OK, "{}", last_error());
     let name = CString::new("blk.3.ffn_down_exps.weight").unwrap();

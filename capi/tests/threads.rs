@@ -2,28 +2,13 @@
 //! expert acquires on one handle verified byte for byte, and a close while other threads wait
 //! on completions (they must return, never hang or touch freed memory).
 
-use ds4_stream::generate::{write_file, Options, Quant, Scale};
+mod common;
 use ds4stream::error::*;
 use ds4stream::*;
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
-
-fn tiny(dir: &Path) -> PathBuf {
-    let path = dir.join("tiny.gguf");
-    let opts = Options {
-        scale: Scale::Tiny,
-        seed: 3,
-        holes: None,
-        fill_layers: Vec::new(),
-        fill_experts: None,
-        quant: Quant::Q2,
-        layers: None,
-    };
-    write_file(&path, &opts, &mut |_| {}).unwrap();
-    path
-}
 
 fn open(path: &Path, slots: u32) -> u64 {
     let c = CString::new(path.to_str().unwrap()).unwrap();
@@ -52,7 +37,7 @@ fn slice(h: u64, layer: u32, e: u32, kind: i32) -> (u64, u64) {
 #[test]
 fn reads_and_acquires_from_four_threads_see_the_files_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let path = tiny(dir.path());
+    let path = common::tiny(dir.path(), 3);
     let file = std::fs::read(&path).unwrap();
     let h = open(&path, 30);
     std::thread::scope(|s| {
@@ -146,7 +131,7 @@ fn reads_and_acquires_from_four_threads_see_the_files_bytes() {
 #[test]
 fn close_while_other_threads_wait_returns_everywhere() {
     let dir = tempfile::tempdir().unwrap();
-    let path = tiny(dir.path());
+    let path = common::tiny(dir.path(), 3);
     let len = std::fs::metadata(&path).unwrap().len() as usize;
     let h = open(&path, 0);
     let (tx, rx) = mpsc::channel();
