@@ -36,6 +36,8 @@ needed=$(readelf -d "$tmp/ds4/ds4" | grep NEEDED)
 for lib in libds4stream.so libcudart.so libcublas.so; do
     echo "$needed" | grep -q "$lib" || { echo "ds4 does not link $lib:"; echo "$needed"; exit 1; } >&2
 done
-nm -D "$tmp/ds4/ds4" | grep -q ' U ds4s_read$' || { echo "ds4 does not call ds4s_read" >&2; exit 1; }
+# (captured first: grep -q closing the pipe early would fail nm under pipefail)
+syms=$(nm -D "$tmp/ds4/ds4")
+grep -q ' U ds4s_read$' <<<"$syms" || { echo "ds4 does not call ds4s_read" >&2; exit 1; }
 echo "ds4 cuda build: DS4 80ebbc3 + ds4-stream compiled and linked in $(( $(date +%s) - t0 )) s" \
     "(libds4stream, cudart, cuBLAS; not run: no GPU here)"
