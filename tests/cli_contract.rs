@@ -1258,3 +1258,44 @@ fn cat_refuses_a_terminal_unless_forced() {
     ok(&r);
     assert_eq!(r.stdout.len(), 16);
 }
+
+/// `--backend` defaults to auto everywhere but `cat` (whose bytes end in host memory), and auto
+/// on a machine without a GPU is the host backend with not a word more on stderr.
+#[test]
+fn backend_defaults_to_auto_and_auto_is_quiet_without_a_gpu() {
+    let help = |cmd: &mut Command| {
+        let r = run(cmd.stdout(Stdio::piped()), QUICK, None);
+        assert_eq!(r.code, Some(0), "{r:?}");
+        String::from_utf8_lossy(&r.stdout).into_owned()
+    };
+    let backend_default = |text: &str| {
+        let at = text.find("--backend").expect("--backend in help");
+        let rest = &text[at..];
+        let end = rest.find("\n  -").unwrap_or(rest.len());
+        rest[..end]
+            .split("[default: ")
+            .nth(1)
+            .and_then(|d| d.split(']').next())
+            .map(str::to_string)
+    };
+    for args in [&["--help"][..], &["demo", "--help"], &["plan", "--help"]] {
+        let text = help(&mut ds4(args));
+        assert_eq!(backend_default(&text).as_deref(), Some("auto"), "{args:?}");
+    }
+    let text = help(&mut bench(&["io", "--help"]));
+    assert_eq!(
+        backend_default(&text).as_deref(),
+        Some("auto"),
+        "ds4-bench io"
+    );
+    let text = help(&mut ds4(&["cat", "--help"]));
+    assert_eq!(backend_default(&text).as_deref(), Some("host"), "cat");
+    // The default run on this machine: a clean stderr either way; without a GPU, host.
+    let (_d, p) = tiny();
+    let r = quick(&["-m", s(&p), "-n", "1", "--json"]);
+    ok(&r);
+    if !cfg!(any(feature = "cuda", feature = "hip")) {
+        let out = String::from_utf8_lossy(&r.stdout);
+        assert!(out.contains("\"backend\":\"host\""), "{out}");
+    }
+}

@@ -143,7 +143,7 @@ pub struct IoArgs {
     /// Device backend of the engine cases (and `copy`): host, cuda, hip, or auto (the first
     /// GPU backend present, else host). On a GPU, `engine` is staged (pinned ring + async
     /// copies) and `engine-host` is unified mode (mapped pinned memory the reader fills).
-    #[arg(long, default_value = "host")]
+    #[arg(long, default_value = "auto")]
     pub backend: ds4_stream::device::BackendArg,
     /// Machine name written in every row. [default: hostname (N cpus)]
     #[arg(long)]

@@ -629,7 +629,13 @@ impl Measured {
 }
 
 /// Runs `ds4-bench io`.
-pub fn run(args: IoArgs) -> Result<(), BenchError> {
+pub fn run(mut args: IoArgs) -> Result<(), BenchError> {
+    // `auto` (the default) becomes the backend it opens, once: the cases pick their path by
+    // backend (host memory or a device), and every row names the one that ran.
+    args.backend =
+        ds4_stream::device::BackendArg::Kind(args.backend.resolve().map_err(|e| {
+            BenchError::Runtime(format!("opening the {} device: {e}", args.backend))
+        })?);
     // Everything that can be checked is checked before a multi-GiB file is written.
     let existing = match &args.file {
         Some(p) => Some(TestFile::existing(p)?),

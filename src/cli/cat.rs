@@ -127,7 +127,8 @@ pub struct Args {
     pub range: Option<String>,
     /// Read through this device: host (default: straight into host memory), or cuda / hip /
     /// auto, where every chunk goes file → pinned staging → device memory and is read back
-    /// before it is written (checks the GPU path byte for byte; slower than host).
+    /// before it is written (checks the GPU path byte for byte; slower than host). Unlike the
+    /// other commands' `auto` default: the bytes end in host memory, so a GPU only adds a trip.
     #[arg(long, default_value = "host")]
     pub backend: crate::device::BackendArg,
     /// Write the bytes even when stdout is a terminal (refused otherwise: they are binary).

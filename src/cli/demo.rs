@@ -6,9 +6,10 @@
 //!
 //! Limits, stated in its output too: routing is synthetic (6 distinct experts per layer drawn from
 //! a seeded hash, not a router), and there is no expert cache here (every expert of every token
-//! is streamed: the raw IO path; `ds4 --ssd-streaming` runs the cache). The device is `--backend` (default: the host backend emulating a discrete GPU with
-//! a staging ring and a copy thread, so the numbers show the SSD/page-cache side of the path;
-//! `--backend cuda` streams into a real GPU's memory and reads it back to verify).
+//! is streamed: the raw IO path; `ds4 --ssd-streaming` runs the cache). The device is
+//! `--backend` (default auto: a GPU when one opens, which the bytes stream into and are read
+//! back from to verify; without one the host backend emulating a discrete GPU with a staging
+//! ring and a copy thread, so the numbers show the SSD/page-cache side of the path).
 
 use super::{chain, CliError, CliResult};
 use crate::device::{BackendArg, BackendKind, Device, OpenOptions};
@@ -46,7 +47,7 @@ pub struct Args {
     pub json: bool,
     /// Device the experts stream to: host (a discrete GPU emulated on the CPU: staging ring +
     /// copy thread), cuda, hip, or auto (the first GPU present, else host).
-    #[arg(long, default_value = "host")]
+    #[arg(long, default_value = "auto")]
     pub backend: BackendArg,
     /// Unified mode: the reader fills device memory directly (mapped pinned memory on a GPU,
     /// host-visible memory on the host backend). Default: on for integrated GPUs only.

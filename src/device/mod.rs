@@ -175,6 +175,15 @@ pub enum BackendArg {
 }
 
 impl BackendArg {
+    /// The backend [`BackendArg::open`] would open (for `auto`: the first GPU backend whose
+    /// device opens, else host), for code that picks its path by backend before opening.
+    pub fn resolve(self) -> Result<BackendKind, DeviceError> {
+        match self {
+            BackendArg::Kind(k) => Ok(k),
+            BackendArg::Auto => Ok(self.open(OpenOptions::default())?.kind()),
+        }
+    }
+
     /// Opens the device; for `auto`, also says which backends were passed over and why.
     pub fn open(self, opts: OpenOptions) -> Result<Arc<dyn Device>, DeviceError> {
         match self {

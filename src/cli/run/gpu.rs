@@ -47,7 +47,9 @@ impl<D: crate::device::GpuDevice> GpuRunner for crate::decode::GpuMoe<'_, D> {
 }
 
 /// Opens the device the run reads into: `--backend host|cuda|hip`, or `auto` = the first of
-/// cuda, hip, host that opens (a GPU that fails to open under `auto` is a note, not an error).
+/// cuda, hip, host that opens (the default). Under `auto`, a backend not compiled in or with no
+/// device (no driver, no GPU) is passed over silently, so a run without a GPU says nothing
+/// more than `--backend host` would; a GPU that is present but fails to open is a note.
 pub(super) fn open_device(b: BackendArg) -> Result<(Arc<dyn Device>, Option<GpuHandle>), CliError> {
     let wanted: &[BackendKind] = match b {
         BackendArg::Kind(BackendKind::Host) => &[],
@@ -59,7 +61,11 @@ pub(super) fn open_device(b: BackendArg) -> Result<(Arc<dyn Device>, Option<GpuH
         match open_gpu(kind) {
             Ok(h) => return Ok(h),
             Err(e) if b == BackendArg::Auto => {
-                if !matches!(e, crate::device::DeviceError::NotCompiled(_)) {
+                if !matches!(
+                    e,
+                    crate::device::DeviceError::NotCompiled(_)
+                        | crate::device::DeviceError::NoDevice { .. }
+                ) {
                     let _ = writeln!(std::io::stderr(), "note: {e}; trying the next backend");
                 }
             }

@@ -127,8 +127,8 @@ pub struct Args {
     pub read_chunk: String,
     /// Where the MoE stack runs: host (reference kernels), cuda or hip (the GPU kernels, NVRTC /
     /// hipRTC at run time; experts in a device slab the engine reads into), or auto (the first
-    /// of cuda, hip, host that opens).
-    #[arg(long, default_value = "host")]
+    /// of cuda, hip, host that opens; without a GPU, host).
+    #[arg(long, default_value = "auto")]
     pub backend: BackendArg,
     /// Hold this much device memory for the whole run (GPU backends), so the plan and every
     /// allocation after it see a smaller machine (`24GB`). On a unified-memory device it is
