@@ -163,3 +163,64 @@ fn patched_ds4_cpu_engine_builds_and_links() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("was not made by this script"));
     assert_eq!(std::fs::read(foreign.join("keep.txt")).unwrap(), b"mine");
 }
+
+/// The ROCm hooks (`ds4s_rocm.inc`) cannot be compiled inside DS4's ROCm backend here (it needs
+/// hipBLAS and hipBLASLt, which Debian does not ship), so they are type-checked with the host
+/// C++ compiler against DS4's own declarations: the read-job struct is taken from DS4_SRC's
+/// runtime at test time (nothing of DS4 is copied into this repository), the globals the hooks
+/// use are declared with DS4's types.
+#[test]
+fn rocm_hooks_type_check_against_ds4_src() {
+    let Some(src) = std::env::var_os("DS4_SRC") else {
+        eprintln!("note: DS4_SRC is not set: skipping the ROCm hooks' type check");
+        return;
+    };
+    let runtime = PathBuf::from(src).join("rocm/ds4_rocm_runtime.cuh");
+    let text = std::fs::read_to_string(&runtime).unwrap();
+    let start = text
+        .find("typedef struct cuda_stream_read_job {")
+        .expect("DS4's runtime has no cuda_stream_read_job");
+    let end = start + text[start..].find("} cuda_stream_read_job;").unwrap() + 23;
+    for decl in [
+        "static const void *g_model_host_base;",
+        "static int g_model_fd = -1;",
+        "static const void *g_model_fd_host_base;",
+        "static uint64_t g_model_file_size;",
+        "static int g_ssd_streaming_mode;",
+    ] {
+        assert!(
+            text.contains(decl),
+            "DS4's runtime no longer declares {decl}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let harness = dir.path().join("rocm_check.cpp");
+    let body = format!(
+        "#include <errno.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <stdlib.h>\n\
+         #include <string.h>\n#include <vector>\n#include \"ds4s_adapter.h\"\n\
+         #define DS4_GPU_LOG_PREFIX \"ds4: ROCm \"\n\
+         static const void *g_model_host_base;\nstatic int g_model_fd = -1;\n\
+         static const void *g_model_fd_host_base;\nstatic uint64_t g_model_file_size;\n\
+         static int g_ssd_streaming_mode;\n{}\n#include \"ds4s_rocm.inc\"\n\
+         int main() {{\n    (void)g_model_fd;\n    cuda_stream_read_job j[1] = {{}};\n\
+         ds4s_rocm_attach(-1);\n    return ds4s_rocm_jobs_start(j, 1) + ds4s_rocm_jobs_wait(j, 1) +\n\
+         ds4s_rocm_refuse_map_copy(0, \"x\") + ds4s_rocm_read_range(0, 0, 0, 0, \"x\");\n}}\n",
+        &text[start..end]
+    );
+    std::fs::write(&harness, body).unwrap();
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = Command::new(&cxx)
+        .args(["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only"])
+        .arg("-I")
+        .arg(root().join("include"))
+        .arg("-I")
+        .arg(root().join("integrations/ds4"))
+        .arg(&harness)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cxx}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cxx} rejects ds4s_rocm.inc:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
