@@ -308,9 +308,9 @@ check "cat tiny, long path: identical to Linux" same "$w/cat.bin" "$l/cat.bin"
 rm -rf "$w/1-d"*
 # demo streams 4 tokens of experts through the engine (18 workers, own handles) and checks
 # every byte against the generator; --json says how many bytes it verified.
-check "demo --model tiny --tokens 4" win "$w/demo.json" \
-    demo --model "$(winpath "$tiny_w")" --seed 7 --tokens 4 --json
-lin "$l/demo.json" demo --model "$tiny_l" --seed 7 --tokens 4 --json
+check "demo --model tiny --n-tokens 4" win "$w/demo.json" \
+    demo --model "$(winpath "$tiny_w")" --seed 7 --n-tokens 4 --json
+lin "$l/demo.json" demo --model "$tiny_l" --seed 7 --n-tokens 4 --json
 demo_verified() {
     local a b
     a=$(grep -o '"bytes_verified":[0-9]*' "$w/demo.json") || return 1

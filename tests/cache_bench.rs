@@ -19,7 +19,7 @@ fn cache_json_rows_and_belady_bound() {
     let svg = dir.path().join("cache.svg");
     let o = bench(&[
         "cache",
-        "--tokens",
+        "--n-tokens",
         "150",
         "--slots",
         "6,5%,20%",
@@ -99,7 +99,7 @@ fn cache_bad_flags_exit_2() {
         &["cache", "--slots", "0"][..],
         &["cache", "--shape", "zipf"],
         &["cache", "--policies", "mru"],
-        &["cache", "--slots", "5", "--tokens", "10"],
+        &["cache", "--slots", "5", "--n-tokens", "10"],
     ] {
         let o = bench(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

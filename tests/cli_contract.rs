@@ -224,7 +224,7 @@ fn unusable_paths_exit_2_for_every_command() {
         ];
         // (demo generates its model at a path that does not exist yet: not an error.)
         if p != missing {
-            commands.push(vec!["demo", "--model", ps, "--tokens", "1"]);
+            commands.push(vec!["demo", "--model", ps, "--n-tokens", "1"]);
         }
         for args in commands {
             let line = fails(&quick(&args), 2, why);
@@ -403,7 +403,7 @@ fn bad_arguments_exit_2_with_one_line() {
             ],
             "entries",
         ),
-        (&["demo", "--model", p, "--tokens", "0"], "--tokens"),
+        (&["demo", "--model", p, "--n-tokens", "0"], "--n-tokens"),
         (&["demo", "--model", p, "--workers", "0"], "--workers"),
         (&["demo", "--model", p, "--workers", "1025"], "--workers"),
         (
@@ -656,8 +656,8 @@ fn full_stdout_is_a_runtime_error_for_every_command() {
         vec!["inspect", s(&p), "--json"],
         vec!["cat", s(&p), "output.weight"],
         vec!["gen-model", s(&out), "--scale", "tiny"],
-        vec!["demo", "--model", s(&p), "--tokens", "1"],
-        vec!["demo", "--model", s(&p), "--tokens", "1", "--json"],
+        vec!["demo", "--model", s(&p), "--n-tokens", "1"],
+        vec!["demo", "--model", s(&p), "--n-tokens", "1", "--json"],
     ] {
         let r = run(&mut ds4(&args), QUICK, Some(dev_full()));
         fails(&r, 1, "No space left on device");
@@ -684,8 +684,8 @@ fn closed_stdout_is_success_for_every_command() {
         vec!["inspect", s(&p), "--json"],
         vec!["cat", s(&p), "blk.2.ffn_down_exps.weight"],
         vec!["gen-model", s(&out), "--scale", "tiny"],
-        vec!["demo", "--model", s(&p), "--tokens", "2"],
-        vec!["demo", "--model", s(&p), "--tokens", "2", "--json"],
+        vec!["demo", "--model", s(&p), "--n-tokens", "2"],
+        vec!["demo", "--model", s(&p), "--n-tokens", "2", "--json"],
     ] {
         ok(&run(&mut ds4(&args), QUICK, Some(closed_pipe())));
     }
@@ -742,7 +742,7 @@ fn demo_worker_counts() {
         "demo",
         "--model",
         s(&p),
-        "--tokens",
+        "--n-tokens",
         "1",
         "--workers",
         "1024",
@@ -753,7 +753,15 @@ fn demo_worker_counts() {
             fails(&r, 1, "Too many open files");
         }
     }
-    let r = quick(&["demo", "--model", s(&p), "--tokens", "1", "--workers", "1"]);
+    let r = quick(&[
+        "demo",
+        "--model",
+        s(&p),
+        "--n-tokens",
+        "1",
+        "--workers",
+        "1",
+    ]);
     ok(&r);
     assert!(String::from_utf8_lossy(&r.stdout).contains("all correct"));
 }
@@ -813,7 +821,7 @@ fn an_existing_file_is_never_overwritten_without_force() {
     for args in [
         &["report", s(&rows), "--csv", m][..],
         &["report", s(&rows), "--plot", m],
-        &["cache", "--tokens", "64", "--plot", m],
+        &["cache", "--n-tokens", "64", "--plot", m],
     ] {
         let r = run(&mut bench(args), QUICK, None);
         refused(&r, "ds4-bench", 2, "exists (use --force to overwrite)");
@@ -847,7 +855,7 @@ fn outputs_are_checked_before_the_work_and_never_partial() {
         );
     }
     let r = run(
-        &mut bench(&["cache", "--tokens", "64", "--plot", "/proc/x.svg"]),
+        &mut bench(&["cache", "--n-tokens", "64", "--plot", "/proc/x.svg"]),
         QUICK,
         None,
     );
@@ -1105,7 +1113,7 @@ fn one_demo_model_in_the_cache_directory_for_every_command() {
         run(&mut c, Duration::from_secs(300), None)
     };
     // `ds4 demo` writes the demo model into the cache directory, never into the current one.
-    let r = with_cache(&["demo", "--tokens", "1"]);
+    let r = with_cache(&["demo", "--n-tokens", "1"]);
     assert_eq!(r.code, Some(0), "{r:?}");
     let model = cache.path().join("ds4-stream").join("ds4-demo.gguf");
     assert!(
@@ -1120,7 +1128,7 @@ fn one_demo_model_in_the_cache_directory_for_every_command() {
     for args in [
         &["--demo", "-n", "1"][..],
         &["plan", "--demo", "--gpu-mem", "24GiB"],
-        &["demo", "--tokens", "1", "--seed", "7"],
+        &["demo", "--n-tokens", "1", "--seed", "7"],
     ] {
         let r = with_cache(args);
         assert_eq!(r.code, Some(0), "{args:?}: {r:?}");
@@ -1134,7 +1142,7 @@ fn one_demo_model_in_the_cache_directory_for_every_command() {
         .unwrap()
         .set_len(len - 1)
         .unwrap();
-    let r = with_cache(&["demo", "--tokens", "1"]);
+    let r = with_cache(&["demo", "--n-tokens", "1"]);
     assert_eq!(r.code, Some(0), "{r:?}");
     assert!(r.stderr.contains("writing it again"), "{}", r.stderr);
     assert_eq!(std::fs::metadata(&model).unwrap().len(), len);
@@ -1194,7 +1202,7 @@ fn texts_say_what_the_programs_do() {
     assert!(String::from_utf8_lossy(&r.stdout).contains("40.5 MiB"));
     // ds4 demo has no cache to promise.
     let (_d, p) = tiny();
-    let r = quick(&["demo", "-m", s(&p), "--tokens", "1"]);
+    let r = quick(&["demo", "-m", s(&p), "--n-tokens", "1"]);
     ok(&r);
     let out = String::from_utf8_lossy(&r.stdout);
     assert!(
@@ -1298,4 +1306,40 @@ fn backend_defaults_to_auto_and_auto_is_quiet_without_a_gpu() {
         let out = String::from_utf8_lossy(&r.stdout);
         assert!(out.contains("\"backend\":\"host\""), "{out}");
     }
+}
+
+/// Counts are `-n` / `--n-tokens` everywhere (`ds4 -n`, `ds4 demo`, `ds4-bench cache`);
+/// `--tokens` is `ds4`'s list of token ids, and only a hidden old name for the counts.
+#[test]
+fn token_counts_are_n_tokens_and_tokens_is_an_id_list() {
+    let help = |cmd: &mut Command| {
+        let r = run(cmd.stdout(Stdio::piped()), QUICK, None);
+        assert_eq!(r.code, Some(0), "{r:?}");
+        String::from_utf8_lossy(&r.stdout).into_owned()
+    };
+    for (prog, text) in [
+        ("ds4 demo", help(&mut ds4(&["demo", "--help"]))),
+        ("ds4-bench cache", help(&mut bench(&["cache", "--help"]))),
+    ] {
+        assert!(text.contains("-n, --n-tokens <N>"), "{prog}: {text}");
+        assert!(!text.contains("--tokens"), "{prog} shows --tokens: {text}");
+    }
+    let text = help(&mut ds4(&["--help"]));
+    assert!(text.contains("--tokens <TOKENS>"), "{text}");
+    let (_d, p) = tiny();
+    // The count, by its name, -n, and the hidden old name.
+    for flag in ["--n-tokens", "-n", "--tokens"] {
+        let r = quick(&["demo", "-m", s(&p), flag, "2", "--json"]);
+        ok(&r);
+        let out = String::from_utf8_lossy(&r.stdout);
+        assert!(out.contains("\"tokens\":2"), "{flag}: {out}");
+    }
+    fails(
+        &quick(&["demo", "-m", s(&p), "--n-tokens", "0"]),
+        2,
+        "--n-tokens",
+    );
+    let r = run(&mut bench(&["cache", "-n", "0"]), QUICK, None);
+    assert_eq!(r.code, Some(2), "{r:?}");
+    assert!(r.stderr.contains("--n-tokens"), "{r:?}");
 }

@@ -194,7 +194,7 @@ fn layers_flag_writes_a_smaller_model_end_to_end() {
     assert_eq!(v["ds4"]["hash_layers"], 3);
     assert_eq!(v["ds4"]["per_layer"].as_array().map(Vec::len), Some(4));
 
-    let o = run_ds4(&["demo", "--model", m, "--tokens", "2", "--json"]);
+    let o = run_ds4(&["demo", "--model", m, "--n-tokens", "2", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     let base = ["-m", m, "-n", "2"];

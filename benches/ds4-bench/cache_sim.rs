@@ -63,8 +63,9 @@ pub struct CacheArgs {
     /// for Flash): `11%,22%,44%` are the sizes of the published DS4 curve.
     #[arg(long, value_delimiter = ',', default_value = "11%,22%,44%", value_parser = slots_arg)]
     pub slots: Vec<SlotsArg>,
-    /// Tokens of each synthetic trace (43 × 6 expert uses each).
-    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    /// Tokens of each synthetic trace (43 × 6 expert uses each): a count, as `ds4 -n`. (The
+    /// hidden alias `tokens` is the old name.)
+    #[arg(short = 'n', long = "n-tokens", alias = "tokens", value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub tokens: u64,
     /// Seed of the synthetic traces.
     #[arg(long, default_value_t = 1)]

@@ -33,8 +33,9 @@ pub struct Args {
     /// Seed of the synthetic routing (which experts each simulated token reads).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Simulated tokens to stream (each: every layer's 6 experts), 1 to 1,000,000.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=MAX_TOKENS))]
+    /// Simulated tokens to stream (each: every layer's 6 experts), 1 to 1,000,000: a count, as
+    /// `ds4 -n`. (The hidden alias `tokens` is the old name.)
+    #[arg(short = 'n', long = "n-tokens", alias = "tokens", value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=MAX_TOKENS))]
     pub tokens: u64,
     /// IO workers, each with its own file handle (1 to 1024).
     #[arg(long, default_value_t = 18, value_parser = parse_workers)]

@@ -25,7 +25,7 @@
 //! Policies ([`PolicyKind`], chosen by name): `lru`, `lfu-decay` (counts halved every
 //! 8 × `slots` accesses, O(1) through lazily merged frequency buckets), `w-tinylfu` (Caffeine's
 //! design with its hill-climbing window) and `arc` (adaptive). The default is **`arc`**, chosen
-//! by measurement (`ds4-bench cache --tokens 16384 --slots 5%,11%,22%,44%`, docs/BENCHMARKS.md
+//! by measurement (`ds4-bench cache --n-tokens 16384 --slots 5%,11%,22%,44%`, docs/BENCHMARKS.md
 //! "Expert cache policies"): on the synthetic recency, mixed and frequency traces at 5 to 44 %
 //! of the experts its worst margin against the better of `lru` and `lfu-decay` was −2.6 points
 //! (frequency trace, 44 %), and it was never more than 1.2 points below LRU where LRU wins.
