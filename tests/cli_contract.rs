@@ -117,8 +117,12 @@ fn quick(args: &[&str]) -> Run {
 /// child spawned with vfork/posix_spawn inherits the test process's own peak RSS at exec, so it
 /// measures whatever the other tests running in this process used.
 fn quick_capped(args: &[&str], cap: u64) -> Run {
+    capped(ds4(args), cap)
+}
+
+/// [`quick_capped`] for a command built by the caller (environment, directory).
+fn capped(mut c: Command, cap: u64) -> Run {
     use std::os::unix::process::CommandExt;
-    let mut c = ds4(args);
     // SAFETY: the closure runs in the child between fork and exec and only calls setrlimit,
     // which is async-signal-safe; it allocates nothing.
     unsafe {
@@ -1306,6 +1310,36 @@ fn backend_defaults_to_auto_and_auto_is_quiet_without_a_gpu() {
         let out = String::from_utf8_lossy(&r.stdout);
         assert!(out.contains("\"backend\":\"host\""), "{out}");
     }
+}
+
+#[test]
+fn host_run_that_cannot_fit_fails_before_reading() {
+    // The demo model (540 MiB of experts) in a cache of this test's own; then the resident run
+    // under an address-space limit it cannot fit in: exit 1 at once, one line saying how much is
+    // needed and available and what to do, instead of reading until the limit kills it.
+    let cache = tempfile::tempdir().unwrap();
+    let mut first = ds4(&["--demo", "-n", "1"]);
+    first.env("XDG_CACHE_HOME", cache.path());
+    let r = run(&mut first, Duration::from_secs(300), None);
+    assert_eq!(r.code, Some(0), "{r:?}");
+    let mut c = ds4(&["--demo", "-n", "1"]);
+    c.env("XDG_CACHE_HOME", cache.path());
+    let t0 = Instant::now();
+    let r = capped(c, 700 << 20);
+    let line = fails(&r, 1, "host memory: this run needs");
+    assert!(
+        line.contains("every routed expert resident (540.00 MiB)"),
+        "{line}"
+    );
+    assert!(
+        line.contains("nothing was read") && line.contains("--ssd-streaming"),
+        "{line}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t0.elapsed()
+    );
 }
 
 /// Counts are `-n` / `--n-tokens` everywhere (`ds4 -n`, `ds4 demo`, `ds4-bench cache`);

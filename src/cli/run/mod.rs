@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 mod gpu;
+mod host_mem;
 mod report;
 use crate::cli::files::Output;
 use gpu::GpuRunner;
@@ -543,6 +544,10 @@ pub fn run(a: Args) -> CliResult {
         ram_bytes,
         a.json,
     )?;
+    let (slots, how) = cache_slots(&a, &model, plan.as_ref())?;
+    if gpu.is_none() {
+        host_mem::check(&file, &model, a.ssd_streaming, slots)?;
+    }
     let engine = Engine::open(&path, device, cfg).map_err(|e| CliError::runtime(chain(&e)))?;
     let bad = |e: crate::decode::DecodeError| {
         if e.is_bad_input() {
@@ -567,7 +572,6 @@ pub fn run(a: Args) -> CliResult {
             "--ssd-streaming-c-engine-pattern on the host backend: no --ssd-streaming-full-layers or --ssd-streaming-popularity",
         ));
     }
-    let (slots, how) = cache_slots(&a, &model, plan.as_ref())?;
     let preload = preload_keys(&a, &model, slots)?;
     let mut preloaded = 0usize;
     let t_load = Instant::now();
