@@ -330,3 +330,47 @@ fn io_bad_flags_exit_2() {
     }
     assert!(!help.contains("inject-corruption"));
 }
+
+#[test]
+fn io_progress_counts_every_run_of_the_whole_benchmark() {
+    // A long sweep says where it is: "run N of M, T elapsed, ~L left" on every run line, M the
+    // runs of all blocks (patterns x modes x cases x reps), counting up to M exactly.
+    let dir = tempdir();
+    let d = dir.path().to_str().unwrap();
+    let o = bench(&[
+        "io",
+        "--size",
+        "32MiB",
+        "--dir",
+        d,
+        "--reps",
+        "2",
+        "--workers",
+        "2",
+        "--chunk",
+        "4MiB",
+        "--dest",
+        "32MiB",
+        "--cases",
+        "engine,io-threads",
+        "--pattern",
+        "seq",
+    ]);
+    assert!(o.status.success(), "exit {:?}: {}", o.status, stderr(&o));
+    let err = stderr(&o);
+    let runs: Vec<(usize, usize)> = err
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start().strip_prefix("run ")?;
+            let (n, rest) = l.split_once(" of ")?;
+            let (m, _) = rest.split_once(',')?;
+            Some((n.parse().ok()?, m.parse().ok()?))
+        })
+        .collect();
+    // seq, cold (direct on and off) and hot (off): 2 cases x 3 settings x 2 reps.
+    assert_eq!(runs.len(), 12, "{err}");
+    for (i, &(n, m)) in runs.iter().enumerate() {
+        assert_eq!((n, m), (i + 1, 12), "{err}");
+    }
+    assert!(err.contains("s left:"), "{err}");
+}

@@ -293,3 +293,26 @@ fn small_model_is_capped_by_its_context_length() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr_line(&o).contains("1..=4096"));
 }
+
+#[test]
+fn ram_tier_flag_is_the_run_s_flag_with_the_old_spelling_kept() {
+    // `ds4 plan` takes the run's `--ram-streaming-cache-experts N|SIZE` (whole experts, as the
+    // run sizes its RAM tier); `--ram-tier SIZE` still works.
+    let (_d, model) = flash();
+    let base = ["--gpu-mem", "128GiB", "--ssd-streaming"];
+    let with = |extra: &[&str]| {
+        let mut v = base.to_vec();
+        v.extend_from_slice(extra);
+        let (code, j) = plan_json(&model, &v);
+        assert_eq!(code, 0, "{j}");
+        bytes(&j, "RAM tier")
+    };
+    let per_expert = 7_077_888u64;
+    assert_eq!(
+        with(&["--ram-streaming-cache-experts", "100"]),
+        100 * per_expert
+    );
+    let gib = with(&["--ram-streaming-cache-experts", "1GiB"]);
+    assert_eq!(gib, (1u64 << 30) / per_expert * per_expert);
+    assert_eq!(with(&["--ram-tier", "1GiB"]), gib);
+}

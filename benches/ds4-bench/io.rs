@@ -237,6 +237,10 @@ struct Ctx<'a> {
     engine_host: Option<EngineBench>,
     machine: String,
     rows: Vec<Row>,
+    /// Progress over the whole benchmark: runs done (or skipped) of all planned, since when.
+    done: usize,
+    total: usize,
+    started: std::time::Instant,
 }
 
 impl Ctx<'_> {
@@ -244,6 +248,20 @@ impl Ctx<'_> {
         if !self.args.quiet {
             eprintln!("{msg}");
         }
+    }
+
+    /// "run N of M, T elapsed, ~L left" (the estimate: the mean time per run so far).
+    fn progress(&self) -> String {
+        let el = self.started.elapsed().as_secs_f64();
+        let left = if self.done == 0 {
+            0.0
+        } else {
+            el / self.done as f64 * self.total.saturating_sub(self.done) as f64
+        };
+        format!(
+            "run {} of {}, {:.0} s elapsed, ~{:.0} s left:",
+            self.done, self.total, el, left
+        )
     }
 
     /// Makes the cache cold or hot before one repetition; returns (method, residency).
@@ -306,11 +324,14 @@ impl Ctx<'_> {
                 if slot.skipped {
                     continue;
                 }
-                match self.run_once(plan, mode, &slot.case, &mut slot.m) {
+                let outcome = self.run_once(plan, mode, &slot.case, &mut slot.m);
+                self.done += 1;
+                let progress = self.progress();
+                match outcome {
                     Ok(secs) => {
                         let m = &slot.m;
                         self.log(&format!(
-                            "  [{}/{reps}] {:<11} {:<6} {:<4} w={:<3} chunk={:<7} direct={:<3} {:>7.3} GB/s",
+                            "  {progress} [{}/{reps}] {:<11} {:<6} {:<4} w={:<3} chunk={:<7} direct={:<3} {:>7.3} GB/s",
                             rep + 1,
                             m.case,
                             plan.pattern.name(),
@@ -720,6 +741,9 @@ pub fn run(mut args: IoArgs) -> Result<(), BenchError> {
         engine_host: None,
         machine: args.machine.clone().unwrap_or_else(machine_name),
         rows: Vec::new(),
+        done: 0,
+        total: 0,
+        started: std::time::Instant::now(),
     };
     ctx.log(&format!(
         "ds4-bench io: {} ({}), {} per run, dest {}, reps {}, machine {}, fio: {}",
@@ -743,9 +767,9 @@ pub fn run(mut args: IoArgs) -> Result<(), BenchError> {
             workers.push(w);
         }
     }
+    let mut blocks: Vec<(&Plan, Mode, Vec<Case>)> = Vec::new();
     for plan in &plans {
         for &mode in &modes {
-            ctx.log(&format!("{} / {}:", plan.pattern.name(), mode.name()));
             let directs: Vec<bool> = args
                 .direct
                 .iter()
@@ -817,8 +841,15 @@ pub fn run(mut args: IoArgs) -> Result<(), BenchError> {
                     }
                 }
             }
-            ctx.run_block(plan, mode, cases)?;
+            blocks.push((plan, mode, cases));
         }
+    }
+    // "N of M" and time left over every run of every block (a quick look can take minutes).
+    ctx.total = blocks.iter().map(|b| b.2.len()).sum::<usize>() * args.reps as usize;
+    ctx.started = std::time::Instant::now();
+    for (plan, mode, cases) in blocks {
+        ctx.log(&format!("{} / {}:", plan.pattern.name(), mode.name()));
+        ctx.run_block(plan, mode, cases)?;
     }
     let mut rows = std::mem::take(&mut ctx.rows);
     report::sort_rows(&mut rows);

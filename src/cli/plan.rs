@@ -42,9 +42,16 @@ pub struct Args {
     /// engine's flag) [default: sized by the plan].
     #[arg(long, value_name = "N|SIZE", requires = "ssd_streaming")]
     pub ssd_streaming_cache_experts: Option<String>,
-    /// Host RAM tier for experts (a host line; not checked against device memory).
-    #[arg(long, value_name = "SIZE", requires = "ssd_streaming")]
-    pub ram_tier: Option<String>,
+    /// Host RAM tier for experts, as `ds4 --ram-streaming-cache-experts`: a number of experts
+    /// or a budget (a host line; not checked against device memory). `--ram-tier` is the old
+    /// spelling.
+    #[arg(
+        long,
+        visible_alias = "ram-tier",
+        value_name = "N|SIZE",
+        requires = "ssd_streaming"
+    )]
+    pub ram_streaming_cache_experts: Option<String>,
     /// Plan as if this much device memory were already in use (only the budget is lowered;
     /// the C engine also locks host memory for it, this does not).
     #[arg(long, value_name = "SIZE")]
@@ -71,6 +78,21 @@ fn model_sizes(path: &std::path::Path) -> Result<ModelSizes, CliError> {
 
 fn sizes(file: &GgufFile, model: &Ds4Model) -> ModelSizes {
     ModelSizes::from_model(model, ModelSizes::ctx_limit_of(file))
+}
+
+/// `--ram-streaming-cache-experts N|SIZE` in bytes (N experts of `expert_bytes`, or a budget
+/// rounded down to whole experts, as the run does).
+fn ram_tier_bytes(flag: Option<&str>, expert_bytes: u64) -> Result<u64, CliError> {
+    use crate::plan::CacheRequest::{Auto, Bytes, Experts};
+    let Some(flag) = flag else { return Ok(0) };
+    let eb = expert_bytes.max(1);
+    match crate::plan::parse_cache_flag(flag)
+        .map_err(|e| CliError::bad_input(format!("--ram-streaming-cache-experts: {e}")))?
+    {
+        Experts(n) => Ok((n as u64).saturating_mul(eb)),
+        Bytes(b) => Ok(b / eb * eb),
+        Auto => Ok(0),
+    }
 }
 
 fn staging_bytes() -> u64 {
@@ -201,10 +223,7 @@ pub fn run(a: Args) -> CliResult {
         prefill_chunk: a.prefill_chunk,
         streaming: a.ssd_streaming,
         cache,
-        ram_tier: a
-            .ram_tier
-            .as_deref()
-            .map_or(Ok(0), |t| size("ram-tier", t))?,
+        ram_tier: ram_tier_bytes(a.ram_streaming_cache_experts.as_deref(), model.expert_bytes)?,
         simulate_used: a
             .simulate_used_memory
             .as_deref()
