@@ -89,7 +89,7 @@ fn ram_tier_bytes(flag: Option<&str>, expert_bytes: u64) -> Result<u64, CliError
     match crate::plan::parse_cache_flag(flag)
         .map_err(|e| CliError::bad_input(format!("--ram-streaming-cache-experts: {e}")))?
     {
-        Experts(n) => Ok((n as u64).saturating_mul(eb)),
+        Experts(n) => Ok(n.saturating_mul(eb)),
         Bytes(b) => Ok(b / eb * eb),
         Auto => Ok(0),
     }
