@@ -271,11 +271,6 @@ int ds4sa_end(const void *map, ds4s_completion c, const ds4s_range *ranges, size
 
 int ds4sa_read(const void *map, const ds4s_range *ranges, size_t n, int memory, const char *what) {
     if (n == 0) return 1;
-    if (!handle_of(map)) {
-        fprintf(stderr, "ds4: ds4-stream read of %s: the model mapping is not attached\n",
-                what ? what : "weights");
-        return 0;
-    }
     ds4s_completion c = 0;
     if (!ds4sa_begin(map, ranges, n, memory, &c)) {
         fprintf(stderr, "ds4: ds4-stream read of %s: not started\n", what ? what : "weights");

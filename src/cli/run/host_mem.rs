@@ -36,11 +36,7 @@ pub(super) fn needed(
     let experts = if streaming {
         per_expert.saturating_mul(slots as u64)
     } else {
-        model
-            .layers
-            .iter()
-            .map(|l| l.expert_bytes().saturating_mul(l.gate.n_expert))
-            .sum()
+        model.routed_bytes
     };
     (resident, experts)
 }
