@@ -25,7 +25,8 @@ enum Ghost {
     B2,
 }
 
-pub struct Arc {
+/// The ARC policy (named so as not to shadow `std::sync::Arc` where both are in scope).
+pub struct ArcPolicy {
     arena: Arena,
     t: [List; 2],
     /// |T1|, |T2| including detached entries.
@@ -45,10 +46,10 @@ pub struct Arc {
     pending: Ghost,
 }
 
-impl Arc {
+impl ArcPolicy {
     pub fn new(slots: usize) -> Self {
         let g = 2 * slots;
-        Arc {
+        ArcPolicy {
             arena: Arena::new(slots),
             t: [List::default(); 2],
             size: [0; 2],
@@ -91,7 +92,7 @@ impl Arc {
     }
 }
 
-impl Policy for Arc {
+impl Policy for ArcPolicy {
     fn name(&self) -> &'static str {
         "arc"
     }
@@ -173,7 +174,7 @@ mod tests {
         ExpertKey::new(5, e)
     }
 
-    fn insert(p: &mut Arc, slot: u32, e: u16) {
+    fn insert(p: &mut ArcPolicy, slot: u32, e: u16) {
         p.on_access(key(e));
         p.on_insert(slot, key(e));
         p.attach(slot);
@@ -181,7 +182,7 @@ mod tests {
 
     #[test]
     fn second_use_protects_and_ghost_hit_grows_t1() {
-        let mut p = Arc::new(2);
+        let mut p = ArcPolicy::new(2);
         insert(&mut p, 0, 0);
         insert(&mut p, 1, 1);
         // Hit key 0: it moves to T2. T1 = {1}.

@@ -15,7 +15,7 @@
 //! entry starts detached). Later [`Policy::attach`] (unpinned and loaded) or
 //! [`Policy::on_remove`] (its load failed; never attached).
 
-use super::{arc::Arc, lfu::LfuDecay, tinylfu::WTinyLfu, ExpertKey};
+use super::{arc::ArcPolicy, lfu::LfuDecay, tinylfu::WTinyLfu, ExpertKey};
 use crate::expert_cache::list::{Arena, List};
 use std::fmt;
 use std::str::FromStr;
@@ -90,7 +90,7 @@ impl PolicyKind {
             PolicyKind::Lru => Box::new(Lru::new(slots)),
             PolicyKind::LfuDecay => Box::new(LfuDecay::new(slots, LFU_DECAY_PERIOD * slots as u64)),
             PolicyKind::WTinyLfu => Box::new(WTinyLfu::new(slots)),
-            PolicyKind::Arc => Box::new(Arc::new(slots)),
+            PolicyKind::Arc => Box::new(ArcPolicy::new(slots)),
         }
     }
 }

@@ -12,13 +12,14 @@
 //! tensors the streaming path needs are checked in detail (routed, router, bias, tid2eid,
 //! shared expert); attention tensors are taken as resident bytes without shape checks.
 
+mod build;
 mod error;
 mod summary;
 
 pub use error::{ModelError, ModelOpenError};
 
-use crate::gguf::{parse_file, Caps, GgmlType, GgufFile, TensorInfo, Value};
-use std::collections::HashMap;
+use crate::gguf::{parse_file, Caps, GgmlType, GgufFile, TensorInfo};
+use build::{byte_totals, check_arch, check_expert_bytes, index_tensors, read_shape, Ctx};
 use std::path::Path;
 
 /// `general.architecture` of a DS4 file.
@@ -213,256 +214,6 @@ pub struct Ds4Model {
     pub resident_bytes: u64,
 }
 
-/// A non-negative integer key, at most `max`.
-fn key_uint(f: &GgufFile, key: &str, max: u64) -> Result<Option<u64>, ModelError> {
-    let Some(v) = f.get(key) else {
-        return Ok(None);
-    };
-    let is_int = matches!(
-        v,
-        Value::U8(_)
-            | Value::I8(_)
-            | Value::U16(_)
-            | Value::I16(_)
-            | Value::U32(_)
-            | Value::I32(_)
-            | Value::U64(_)
-            | Value::I64(_)
-    );
-    if !is_int {
-        return Err(ModelError::KeyType {
-            key: key.to_string(),
-            expected: "an unsigned integer",
-            found: v.type_name().to_string(),
-        });
-    }
-    let n = v.as_u64().ok_or_else(|| ModelError::BadValue {
-        key: key.to_string(),
-        value: format!("{v:?}"),
-        why: "negative".to_string(),
-    })?;
-    if n > max {
-        return Err(ModelError::BadValue {
-            key: key.to_string(),
-            value: n.to_string(),
-            why: format!("exceeds the cap {max}"),
-        });
-    }
-    Ok(Some(n))
-}
-
-fn req_uint(f: &GgufFile, key: &str, max: u64) -> Result<u64, ModelError> {
-    key_uint(f, key, max)?.ok_or_else(|| ModelError::MissingKey {
-        key: key.to_string(),
-    })
-}
-
-/// Checks `dims == expected`.
-fn want_dims(t: &TensorInfo, expected: &[u64], why: &'static str) -> Result<(), ModelError> {
-    if t.dims != expected {
-        return Err(ModelError::BadShape {
-            name: t.name.clone(),
-            found: t.dims.clone(),
-            expected: expected.to_vec(),
-            why,
-        });
-    }
-    Ok(())
-}
-
-/// Checks the table's `nbytes` against type and dims, and that the end does not overflow.
-fn check_size(t: &TensorInfo) -> Result<(), ModelError> {
-    let be = t.ggml_type.block_elems();
-    if t.dims.first().is_some_and(|d0| d0 % be != 0) {
-        return Err(ModelError::PartialBlock {
-            name: t.name.clone(),
-            dim0: t.dims[0],
-            ggml_type: t.ggml_type,
-            block: be,
-        });
-    }
-    let computed = t
-        .dims
-        .iter()
-        .try_fold(1u64, |a, &d| a.checked_mul(d))
-        .and_then(|n| t.ggml_type.bytes_for(n))
-        .ok_or_else(|| ModelError::Overflow {
-            what: format!("byte size of tensor {}", t.name),
-        })?;
-    if computed != t.nbytes {
-        return Err(ModelError::SizeMismatch {
-            name: t.name.clone(),
-            nbytes: t.nbytes,
-            computed,
-        });
-    }
-    t.offset
-        .checked_add(t.nbytes)
-        .ok_or_else(|| ModelError::Overflow {
-            what: format!("end offset of tensor {}", t.name),
-        })?;
-    Ok(())
-}
-
-struct Ctx<'a> {
-    by_name: HashMap<&'a str, &'a TensorInfo>,
-    shape: &'a Ds4Shape,
-}
-
-impl<'a> Ctx<'a> {
-    fn get(&self, name: &str) -> Option<&'a TensorInfo> {
-        self.by_name.get(name).copied()
-    }
-
-    fn need(&self, name: &str) -> Result<&'a TensorInfo, ModelError> {
-        self.get(name).ok_or_else(|| ModelError::MissingTensor {
-            name: name.to_string(),
-        })
-    }
-
-    fn routed(&self, layer: u32, kind: ExpertKind) -> Result<RoutedTensor, ModelError> {
-        let s = self.shape;
-        let t = self.need(&kind.tensor_name(layer))?;
-        if !ROUTED_TYPES.contains(&t.ggml_type) {
-            return Err(ModelError::RoutedType {
-                name: t.name.clone(),
-                found: t.ggml_type,
-            });
-        }
-        let expected = match kind {
-            ExpertKind::Gate | ExpertKind::Up => [s.n_embd, s.expert_ff, s.n_expert],
-            ExpertKind::Down => [s.expert_ff, s.n_embd, s.n_expert],
-        };
-        let why = match kind {
-            ExpertKind::Down => "[expert_feed_forward_length, embedding_length, expert_count]",
-            _ => "[embedding_length, expert_feed_forward_length, expert_count]",
-        };
-        want_dims(t, &expected, why)?;
-        check_size(t)?;
-        let row_bytes = t
-            .ggml_type
-            .bytes_for(t.dims[0])
-            .ok_or_else(|| ModelError::Overflow {
-                what: format!("row bytes of {}", t.name),
-            })?;
-        let expert_bytes =
-            row_bytes
-                .checked_mul(t.dims[1])
-                .ok_or_else(|| ModelError::Overflow {
-                    what: format!("expert bytes of {}", t.name),
-                })?;
-        Ok(RoutedTensor {
-            tensor: t.into(),
-            kind,
-            row_bytes,
-            expert_bytes,
-            n_expert: s.n_expert,
-        })
-    }
-
-    fn layer(&self, l: u32) -> Result<Layer, ModelError> {
-        let s = self.shape;
-        let gate = self.routed(l, ExpertKind::Gate)?;
-        let up = self.routed(l, ExpertKind::Up)?;
-        let down = self.routed(l, ExpertKind::Down)?;
-        if gate.tensor.ggml_type != up.tensor.ggml_type {
-            return Err(ModelError::GateUpMismatch {
-                layer: l,
-                gate: gate.tensor.ggml_type,
-                up: up.tensor.ggml_type,
-            });
-        }
-        let p = format!("blk.{l}.");
-        let router = self.need(&format!("{p}ffn_gate_inp.weight"))?;
-        if !matches!(
-            router.ggml_type,
-            GgmlType::F16 | GgmlType::F32 | GgmlType::BF16
-        ) {
-            return Err(ModelError::WrongType {
-                name: router.name.clone(),
-                found: router.ggml_type,
-                expected: "F16, BF16 or F32",
-            });
-        }
-        want_dims(
-            router,
-            &[s.n_embd, s.n_expert],
-            "[embedding_length, expert_count]",
-        )?;
-        let probs_bias = match self.get(&format!("{p}exp_probs_b.bias")) {
-            Some(b) => {
-                if b.ggml_type != GgmlType::F32 {
-                    return Err(ModelError::WrongType {
-                        name: b.name.clone(),
-                        found: b.ggml_type,
-                        expected: "F32",
-                    });
-                }
-                want_dims(b, &[s.n_expert], "[expert_count]")?;
-                Some(b.into())
-            }
-            None => None,
-        };
-        let hash = l < s.n_hash_layer;
-        let tid2eid = if hash {
-            let t = self.need(&format!("{p}ffn_gate_tid2eid.weight"))?;
-            if t.ggml_type != GgmlType::I32 {
-                return Err(ModelError::WrongType {
-                    name: t.name.clone(),
-                    found: t.ggml_type,
-                    expected: "I32",
-                });
-            }
-            want_dims(
-                t,
-                &[s.n_expert_used, s.vocab],
-                "[expert_used_count, vocab_size]",
-            )?;
-            Some(t.into())
-        } else {
-            None
-        };
-        let shared = if s.n_shared > 0 {
-            let g = self.need(&format!("{p}ffn_gate_shexp.weight"))?;
-            let u = self.need(&format!("{p}ffn_up_shexp.weight"))?;
-            let d = self.need(&format!("{p}ffn_down_shexp.weight"))?;
-            let why = "shared expert: gate/up [embedding_length, F], down [F, embedding_length]";
-            for t in [g, u, d] {
-                if t.dims.len() != 2 {
-                    return Err(ModelError::BadShape {
-                        name: t.name.clone(),
-                        found: t.dims.clone(),
-                        expected: vec![s.n_embd, s.expert_ff.saturating_mul(s.n_shared)],
-                        why,
-                    });
-                }
-            }
-            let ff = g.dims[1];
-            want_dims(g, &[s.n_embd, ff], why)?;
-            want_dims(u, &[s.n_embd, ff], why)?;
-            want_dims(d, &[ff, s.n_embd], why)?;
-            Some(SharedExpert {
-                gate: g.into(),
-                up: u.into(),
-                down: d.into(),
-            })
-        } else {
-            None
-        };
-        Ok(Layer {
-            index: l,
-            hash,
-            gate,
-            up,
-            down,
-            router: router.into(),
-            probs_bias,
-            tid2eid,
-            shared,
-        })
-    }
-}
-
 impl Ds4Model {
     /// Reads `path`'s GGUF header (the hostile-safe parser, default caps; tensor data is not
     /// read) and builds the DS4 map: the file and its map. Errors name the path.
@@ -479,139 +230,23 @@ impl Ds4Model {
 
     /// Builds and validates the map from a parsed header.
     pub fn from_gguf(f: &GgufFile) -> Result<Self, ModelError> {
-        match f.get("general.architecture") {
-            None => {
-                return Err(ModelError::MissingKey {
-                    key: "general.architecture".to_string(),
-                })
-            }
-            Some(Value::String(a)) if a == ARCH => {}
-            Some(Value::String(a)) => {
-                return Err(ModelError::WrongArch {
-                    found: format!("{a:?}"),
-                })
-            }
-            Some(v) => {
-                return Err(ModelError::KeyType {
-                    key: "general.architecture".to_string(),
-                    expected: "a string",
-                    found: v.type_name().to_string(),
-                })
-            }
-        }
-        let k = |s: &str| format!("{ARCH}.{s}");
-        let n_layer = req_uint(f, &k("block_count"), MAX_LAYERS)?;
-        let n_embd = req_uint(f, &k("embedding_length"), u32::MAX.into())?;
-        let vocab = req_uint(f, &k("vocab_size"), u32::MAX.into())?;
-        let n_expert = req_uint(f, &k("expert_count"), MAX_EXPERTS)?;
-        let n_expert_used = req_uint(f, &k("expert_used_count"), MAX_EXPERTS)?;
-        let expert_ff = req_uint(f, &k("expert_feed_forward_length"), u32::MAX.into())?;
-        let n_shared = key_uint(f, &k("expert_shared_count"), 16)?.unwrap_or(0);
-        let n_hash = key_uint(f, &k("hash_layer_count"), MAX_LAYERS)?.unwrap_or(0);
-        for (key, v) in [
-            ("block_count", n_layer),
-            ("embedding_length", n_embd),
-            ("vocab_size", vocab),
-            ("expert_count", n_expert),
-            ("expert_used_count", n_expert_used),
-            ("expert_feed_forward_length", expert_ff),
-        ] {
-            if v == 0 {
-                return Err(ModelError::BadValue {
-                    key: k(key),
-                    value: "0".to_string(),
-                    why: "must be positive".to_string(),
-                });
-            }
-        }
-        if n_expert_used > n_expert {
-            return Err(ModelError::BadValue {
-                key: k("expert_used_count"),
-                value: n_expert_used.to_string(),
-                why: format!("exceeds expert_count {n_expert}"),
-            });
-        }
-        if n_hash > n_layer {
-            return Err(ModelError::BadValue {
-                key: k("hash_layer_count"),
-                value: n_hash.to_string(),
-                why: format!("exceeds block_count {n_layer}"),
-            });
-        }
-        // Both fit u32: capped by MAX_LAYERS above.
-        let shape = Ds4Shape {
-            n_layer: n_layer as u32,
-            n_embd,
-            vocab,
-            n_expert,
-            n_expert_used,
-            expert_ff,
-            n_shared,
-            n_hash_layer: n_hash as u32,
-        };
-
-        let mut by_name = HashMap::with_capacity(f.tensors.len());
-        for t in &f.tensors {
-            if by_name.insert(t.name.as_str(), t).is_some() {
-                return Err(ModelError::DuplicateTensor {
-                    name: t.name.clone(),
-                });
-            }
-            // A routed tensor past block_count means the metadata lies about the layers. Other
-            // `blk.N.*` tensors past it (e.g. a multi-token-prediction block a converter kept)
-            // are not streamed and are kept as resident bytes.
-            if let Some((l, rest)) = split_layer(&t.name) {
-                let routed = matches!(
-                    rest,
-                    "ffn_gate_exps.weight" | "ffn_up_exps.weight" | "ffn_down_exps.weight"
-                );
-                if routed && l >= n_layer {
-                    return Err(ModelError::StrayTensor {
-                        name: t.name.clone(),
-                        layer: l,
-                        n_layer,
-                    });
-                }
-            }
-            check_size(t)?;
-        }
+        check_arch(f)?;
+        let shape = read_shape(f)?;
         let ctx = Ctx {
-            by_name,
+            by_name: index_tensors(f, shape.n_layer.into())?,
             shape: &shape,
         };
         let layers = (0..shape.n_layer)
             .map(|l| ctx.layer(l))
             .collect::<Result<Vec<_>, _>>()?;
-
-        let mut routed_bytes = 0u64;
-        let mut resident_bytes = 0u64;
-        let mut resident = Vec::new();
-        let overflow = || ModelError::Overflow {
-            what: "total tensor bytes".to_string(),
-        };
-        for t in &f.tensors {
-            if ExpertKind::parse_tensor_name(&t.name).is_some() {
-                routed_bytes = routed_bytes.checked_add(t.nbytes).ok_or_else(overflow)?;
-            } else {
-                resident_bytes = resident_bytes.checked_add(t.nbytes).ok_or_else(overflow)?;
-                resident.push(t.into());
-            }
-        }
-        for l in &layers {
-            l.gate
-                .expert_bytes
-                .checked_add(l.up.expert_bytes)
-                .and_then(|x| x.checked_add(l.down.expert_bytes))
-                .ok_or_else(|| ModelError::Overflow {
-                    what: format!("bytes per expert of layer {}", l.index),
-                })?;
-        }
+        let totals = byte_totals(f)?;
+        check_expert_bytes(&layers)?;
         Ok(Self {
             shape,
             layers,
-            resident,
-            routed_bytes,
-            resident_bytes,
+            resident: totals.resident,
+            routed_bytes: totals.routed_bytes,
+            resident_bytes: totals.resident_bytes,
         })
     }
 

@@ -1,5 +1,6 @@
 use super::*;
 use crate::generate::{plan_layout, Shape};
+use crate::gguf::Value;
 
 fn file_for(shape: &Shape) -> GgufFile {
     plan_layout(shape, 0, &crate::generate::FillPlan::full())

@@ -181,6 +181,68 @@ pub const HEADROOM_LINE: &str = "fragmentation headroom";
 
 /// Computes the plan.
 pub fn plan(inp: &PlanInput) -> Result<Plan, PlanError> {
+    check_input(inp)?;
+    let m = &inp.model;
+    let total = inp.device_total;
+    let per_token =
+        rules::KV_BYTES_PER_TOKEN + rules::SCRATCH_BYTES_PER_TOKEN_PER_CHUNK * inp.prefill_chunk;
+    let fixed = fixed_lines(inp);
+    let fixed_cache = fixed_cache(inp);
+    // Largest context: everything but the KV line, the elastic Q8 cache at 0 and an auto cache
+    // at its minimum.
+    let min_cache = match (&fixed_cache, inp.streaming) {
+        (Some(c), _) => c.experts * m.expert_bytes,
+        (None, true) => m.min_cache_experts.min(m.n_experts) * m.expert_bytes,
+        (None, false) => 0,
+    };
+    let before_kv = sum(&fixed).saturating_add(min_cache);
+    let max_ctx = (total.saturating_sub(before_kv) / per_token).min(m.ctx_limit);
+    let ctx = inp
+        .ctx
+        .unwrap_or_else(|| rules::DEFAULT_CTX.min(m.ctx_limit).min(max_ctx.max(1)));
+    let mut lines = fixed;
+    if let Some(c) = &fixed_cache {
+        lines.push(cache_line(
+            c.experts * m.expert_bytes,
+            c.experts,
+            Source::Flag,
+            c.how.clone(),
+        ));
+    }
+    lines.push(kv_line(inp, per_token, ctx));
+    let cache_experts = match fixed_cache {
+        Some(c) => {
+            if inp.streaming {
+                lines.push(q8_line(inp, total.saturating_sub(sum(&lines)), false));
+            }
+            c.experts
+        }
+        None if inp.streaming => auto_cache_lines(inp, &mut lines),
+        None => 0,
+    };
+    lines.extend(host_lines(inp));
+    let device_used = sum(&lines);
+    let misfit = first_misfit(&lines, total, device_used);
+    Ok(Plan {
+        device_total: total,
+        device_free: inp.device_free,
+        device_source: inp.device_source,
+        platform: inp.platform,
+        streaming: inp.streaming,
+        ctx,
+        prefill_chunk: inp.prefill_chunk,
+        max_ctx,
+        cache_experts,
+        lines,
+        device_used,
+        fits: misfit.is_none(),
+        misfit,
+    })
+}
+
+/// The input's own consistency: a device, free ≤ total, a prefill chunk and context in range,
+/// experts to stream when streaming.
+fn check_input(inp: &PlanInput) -> Result<(), PlanError> {
     let m = &inp.model;
     let total = inp.device_total;
     if total == 0 {
@@ -205,46 +267,37 @@ pub fn plan(inp: &PlanInput) -> Result<Plan, PlanError> {
     if inp.streaming && (m.expert_bytes == 0 || m.n_experts == 0) {
         return Err(PlanError::NoExperts);
     }
-    let per_token =
-        rules::KV_BYTES_PER_TOKEN + rules::SCRATCH_BYTES_PER_TOKEN_PER_CHUNK * inp.prefill_chunk;
-    let fixed = fixed_lines(inp);
-    let fixed_cache = match (inp.streaming, inp.cache) {
+    Ok(())
+}
+
+/// An expert cache sized by the user's flag (count or bytes), and how it was sized.
+struct FixedCache {
+    experts: u64,
+    how: String,
+}
+
+fn fixed_cache(inp: &PlanInput) -> Option<FixedCache> {
+    let m = &inp.model;
+    match (inp.streaming, inp.cache) {
         (false, _) | (true, CacheRequest::Auto) => None,
-        (true, CacheRequest::Experts(n)) => Some((
-            n.min(m.n_experts),
-            format!("--ssd-streaming-cache-experts {n}"),
-        )),
-        (true, CacheRequest::Bytes(b)) => Some((
-            (b / m.expert_bytes).min(m.n_experts),
-            format!(
+        (true, CacheRequest::Experts(n)) => Some(FixedCache {
+            experts: n.min(m.n_experts),
+            how: format!("--ssd-streaming-cache-experts {n}"),
+        }),
+        (true, CacheRequest::Bytes(b)) => Some(FixedCache {
+            experts: (b / m.expert_bytes).min(m.n_experts),
+            how: format!(
                 "--ssd-streaming-cache-experts: {} / {} B per expert",
                 human_bytes(b),
                 m.expert_bytes
             ),
-        )),
-    };
-    // Largest context: everything but the KV line, the elastic Q8 cache at 0 and an auto cache
-    // at its minimum.
-    let min_cache = match (&fixed_cache, inp.streaming) {
-        (Some((n, _)), _) => n * m.expert_bytes,
-        (None, true) => m.min_cache_experts.min(m.n_experts) * m.expert_bytes,
-        (None, false) => 0,
-    };
-    let before_kv = sum(&fixed).saturating_add(min_cache);
-    let max_ctx = (total.saturating_sub(before_kv) / per_token).min(m.ctx_limit);
-    let ctx = inp
-        .ctx
-        .unwrap_or_else(|| rules::DEFAULT_CTX.min(m.ctx_limit).min(max_ctx.max(1)));
-    let mut lines = fixed;
-    if let Some((n, how)) = &fixed_cache {
-        lines.push(cache_line(
-            *n * m.expert_bytes,
-            *n,
-            Source::Flag,
-            how.clone(),
-        ));
+        }),
     }
-    lines.push(line(
+}
+
+/// The compressed KV cache and prefill scratch for `ctx` tokens.
+fn kv_line(inp: &PlanInput, per_token: u64, ctx: u64) -> Line {
+    line(
         KV_LINE,
         per_token.saturating_mul(ctx),
         Source::Rule,
@@ -255,67 +308,58 @@ pub fn plan(inp: &PlanInput) -> Result<Plan, PlanError> {
             rules::KV_BYTES_PER_TOKEN,
             inp.prefill_chunk
         ),
+    )
+}
+
+/// Streaming: the elastic Q8->F16 cache takes what `rest` has beyond the C engine's reserve
+/// (the 16 GiB streaming reserve when the cache is auto-sized, else the non-streaming one).
+fn q8_line(inp: &PlanInput, rest: u64, auto_cache: bool) -> Line {
+    let m = &inp.model;
+    // The C engine's 16 GiB streaming reserve keeps room for the expert cache; a cache
+    // sized by the flag is already a line, so then only the non-streaming reserve is kept.
+    let reserve = rules::q8_f16_reserve(inp.device_total, auto_cache);
+    let q8 = m.q8_f16_bytes.min(rest.saturating_sub(reserve));
+    let why = if auto_cache {
+        "for the expert cache (the C engine's streaming reserve)"
+    } else {
+        "(the non-streaming reserve: the flag already sized the expert cache)"
+    };
+    line(
+        Q8_LINE,
+        q8,
+        Source::Rule,
+        Side::Device,
+        format!(
+            "streaming: the Q8->F16 cache leaves {} free {why}; it takes what exceeds \
+             that, at most its full size {}",
+            human_bytes(reserve),
+            human_bytes(m.q8_f16_bytes)
+        ),
+    )
+}
+
+/// Streaming with an auto-sized cache: the Q8 line, then the expert cache from what is left
+/// (at least one layer's experts). Returns the cache's expert count.
+fn auto_cache_lines(inp: &PlanInput, lines: &mut Vec<Line>) -> u64 {
+    let m = &inp.model;
+    let rest = inp.device_total.saturating_sub(sum(lines));
+    let q8 = q8_line(inp, rest, true);
+    let left = rest - q8.bytes;
+    lines.push(q8);
+    let n = (left / m.expert_bytes)
+        .min(m.n_experts)
+        .max(m.min_cache_experts.min(m.n_experts));
+    lines.push(cache_line(
+        n * m.expert_bytes,
+        n,
+        Source::Rule,
+        format!(
+            "auto: what is left / {} B per expert, at most all {} experts, at least \
+             {} (one layer's experts)",
+            m.expert_bytes, m.n_experts, m.min_cache_experts
+        ),
     ));
-    let mut cache_experts = fixed_cache.as_ref().map_or(0, |c| c.0);
-    if inp.streaming {
-        let rest = total.saturating_sub(sum(&lines));
-        // The C engine's 16 GiB streaming reserve keeps room for the expert cache; a cache
-        // sized by the flag is already a line, so then only the non-streaming reserve is kept.
-        let reserve = rules::q8_f16_reserve(total, fixed_cache.is_none());
-        let q8 = m.q8_f16_bytes.min(rest.saturating_sub(reserve));
-        let why = if fixed_cache.is_none() {
-            "for the expert cache (the C engine's streaming reserve)"
-        } else {
-            "(the non-streaming reserve: the flag already sized the expert cache)"
-        };
-        lines.push(line(
-            Q8_LINE,
-            q8,
-            Source::Rule,
-            Side::Device,
-            format!(
-                "streaming: the Q8->F16 cache leaves {} free {why}; it takes what exceeds \
-                 that, at most its full size {}",
-                human_bytes(reserve),
-                human_bytes(m.q8_f16_bytes)
-            ),
-        ));
-        if fixed_cache.is_none() {
-            let left = rest - q8;
-            let n = (left / m.expert_bytes)
-                .min(m.n_experts)
-                .max(m.min_cache_experts.min(m.n_experts));
-            cache_experts = n;
-            lines.push(cache_line(
-                n * m.expert_bytes,
-                n,
-                Source::Rule,
-                format!(
-                    "auto: what is left / {} B per expert, at most all {} experts, at least \
-                     {} (one layer's experts)",
-                    m.expert_bytes, m.n_experts, m.min_cache_experts
-                ),
-            ));
-        }
-    }
-    lines.extend(host_lines(inp));
-    let device_used = sum(&lines);
-    let misfit = first_misfit(&lines, total, device_used);
-    Ok(Plan {
-        device_total: total,
-        device_free: inp.device_free,
-        device_source: inp.device_source,
-        platform: inp.platform,
-        streaming: inp.streaming,
-        ctx,
-        prefill_chunk: inp.prefill_chunk,
-        max_ctx,
-        cache_experts,
-        lines,
-        device_used,
-        fits: misfit.is_none(),
-        misfit,
-    })
+    n
 }
 
 /// Device bytes of the device lines.
