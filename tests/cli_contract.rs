@@ -1156,20 +1156,6 @@ fn one_demo_model_in_the_cache_directory_for_every_command() {
 }
 
 #[test]
-fn stress_duration_is_honoured() {
-    // The default shape (6 GiB file, 2.25 GiB reads across 2 and 4 GiB, storms): a 10 s run
-    // took 25 s when a multi-GiB read started just before the end ran and was verified after
-    // it. Now: the duration, plus about a second of set-up and final checks when the machine
-    // is quiet (4.7-5.0 s on the 2-core dev machine); up to 8 s beside this file's other tests,
-    // so the bound catches the old overrun, not a busy machine.
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ds4-stress"));
-    let r = run(c.args(["--duration", "4s"]), Duration::from_secs(60), None);
-    assert_eq!(r.code, Some(0), "{r:?}");
-    assert!(String::from_utf8_lossy(&r.stdout).contains("PASS"), "{r:?}");
-    assert!(r.secs < 4.0 + 6.0, "a 4 s run took {:.1} s", r.secs);
-}
-
-#[test]
 fn texts_say_what_the_programs_do() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     // The spec every MoE module cites ships with the repository, and is cited by that path.

@@ -440,6 +440,7 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
     let (engine, source_id) = starter.start(&tally).map_err(StressError::Engine)?;
     let engine = Arc::new(engine);
     let work = Arc::new(Work::new(cfg.duration, cfg.ops));
+    let setup = t_start.elapsed();
     let submitted = Arc::new(AtomicU64::new(0));
     let budget = Arc::new(Budget::new(cfg.max_inflight_bytes));
     let expect = Arc::new(expect);
@@ -525,6 +526,7 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
         }
     }
     work.stop();
+    let ops_time = work.start.elapsed();
     if let Some(s) = storm {
         if s.join().is_err() {
             tally.unexpected("the storm thread panicked".into());
@@ -560,6 +562,8 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
     drop(temp);
     let wall = t_start.elapsed();
     let mut report = tally.report(injected, &log.entries(), wall);
+    report.setup_s = setup.as_secs_f64();
+    report.ops_s = ops_time.as_secs_f64();
     report.resources = Resources {
         fds_before,
         fds_after: counting::open_fds(),

@@ -162,6 +162,8 @@ impl Tally {
             ok: ld(&self.ok),
             bytes_verified: ld(&self.bytes_verified),
             wall_s: wall.as_secs_f64(),
+            setup_s: 0.0,
+            ops_s: 0.0,
             gib_per_s: ld(&self.bytes_verified) as f64
                 / (1u64 << 30) as f64
                 / wall.as_secs_f64().max(1e-9),
@@ -273,6 +275,11 @@ pub struct Report {
     pub ok: u64,
     pub bytes_verified: u64,
     pub wall_s: f64,
+    /// Of `wall_s`: before the first operation (writing the stress file, starting the engine).
+    pub setup_s: f64,
+    /// Of `wall_s`: from the first operation until every client has stopped (what `--duration`
+    /// bounds: no operation starts that cannot finish by then). The rest is the final checks.
+    pub ops_s: f64,
     pub gib_per_s: f64,
     /// Requests that never completed.
     pub lost: u64,
@@ -379,6 +386,12 @@ impl Report {
             g(self.bytes_verified),
             self.wall_s,
             self.gib_per_s
+        );
+        s += &format!(
+            "time: set-up {:.1} s, operations {:.1} s, final checks {:.1} s\n",
+            self.setup_s,
+            self.ops_s,
+            (self.wall_s - self.setup_s - self.ops_s).max(0.0)
         );
         s += &format!(
             "latency us: p50 {} p99 {} max {}\n",
