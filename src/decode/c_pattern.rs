@@ -13,6 +13,7 @@
 
 use super::experts::{ExpertData, ExpertProvider, Fetch, FetchStats};
 use super::DecodeError;
+use crate::decode::LoadError;
 use crate::device::{Device, DeviceBuffer, PinnedBuf};
 use crate::expert_cache::{CacheError, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId};
 use crate::gguf::GgmlType;
@@ -57,17 +58,18 @@ impl CPatternLoader {
         let (tx, rx) = unbounded::<(Job, Sender<Done>)>();
         let mut handles = Vec::with_capacity(workers);
         for i in 0..workers.max(1) {
-            let file = File::open(path).map_err(|e| {
-                DecodeError::Cache(format!("c-engine pattern: open {}: {e}", path.display()))
-            })?;
+            let file = File::open(path).map_err(LoadError::io(format!(
+                "c-engine pattern: open {}",
+                path.display()
+            )))?;
             let buf = dev
                 .alloc_pinned(max_slice.max(1))
-                .map_err(|e| DecodeError::Cache(format!("c-engine pattern: pinned buffer: {e}")))?;
+                .map_err(LoadError::device("c-engine pattern: pinned buffer"))?;
             let (rx, dev) = (rx.clone(), dev.clone());
             let h = std::thread::Builder::new()
                 .name(format!("c-pattern-{i}"))
                 .spawn(move || worker(file, buf, dev.as_ref(), rx))
-                .map_err(|e| DecodeError::Cache(format!("c-engine pattern: spawn: {e}")))?;
+                .map_err(LoadError::io("c-engine pattern: spawn a worker"))?;
             handles.push(h);
         }
         Ok(Self {
@@ -84,7 +86,7 @@ impl CPatternLoader {
         let n = jobs.len();
         for j in jobs {
             tx.send((j, dtx.clone()))
-                .map_err(|_| DecodeError::Cache("c-engine pattern: workers gone".into()))?;
+                .map_err(|_| LoadError::Internal("c-engine pattern: workers gone".into()))?;
         }
         drop(dtx);
         let mut first = None;
@@ -102,7 +104,7 @@ impl CPatternLoader {
         }
         match first {
             None => Ok(()),
-            Some(e) => Err(DecodeError::Cache(e)),
+            Some(e) => Err(LoadError::Read(e).into()),
         }
     }
 }
@@ -213,7 +215,7 @@ impl<'a> CPatternExperts<'a> {
         let first = model
             .layers
             .first()
-            .ok_or_else(|| DecodeError::Cache("a model without layers".into()))?;
+            .ok_or_else(|| LoadError::layout("a model without layers"))?;
         let eb = first.expert_bytes() as usize;
         let max_slice = [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
             .iter()
@@ -221,13 +223,13 @@ impl<'a> CPatternExperts<'a> {
             .max()
             .unwrap_or(0);
         let cache = ExpertCache::new(slots, k, eb as u64, policy)
-            .map_err(|e| DecodeError::Cache(e.to_string()))?;
+            .map_err(LoadError::cache("expert cache"))?;
         let len = slots
             .checked_mul(eb)
-            .ok_or_else(|| DecodeError::Cache("slab size overflows".into()))?;
+            .ok_or_else(|| LoadError::layout("expert slab size overflows"))?;
         let slab = Arc::new(
             dev.alloc(len)
-                .map_err(|e| DecodeError::Cache(format!("c-engine pattern slab: {e}")))?,
+                .map_err(LoadError::device("c-engine pattern slab"))?,
         );
         Ok(Self {
             model,
@@ -266,7 +268,10 @@ impl ExpertProvider for CPatternExperts<'_> {
                                 for (s, _) in &missed {
                                     let _ = self.cache.fill_failed(*s);
                                 }
-                                return Err(DecodeError::Cache(err.to_string()));
+                                return Err(LoadError::slice(format!(
+                                    "expert {e} of layer {layer}"
+                                ))(err)
+                                .into());
                             }
                         };
                         let len = sl.len as usize;
@@ -285,12 +290,14 @@ impl ExpertProvider for CPatternExperts<'_> {
                     got.push(slot);
                 }
                 Err(CacheError::Full { .. }) => {
-                    return Err(DecodeError::Cache(format!(
-                        "all {} slots are held by layer {layer}'s experts",
-                        self.cache.capacity()
-                    )))
+                    return Err(LoadError::Held {
+                        layer,
+                        slots: self.cache.capacity(),
+                        inflight: "",
+                    }
+                    .into())
                 }
-                Err(err) => return Err(DecodeError::Cache(err.to_string())),
+                Err(err) => return Err(LoadError::cache("expert cache")(err).into()),
             }
         }
         if !jobs.is_empty() {
@@ -310,7 +317,7 @@ impl ExpertProvider for CPatternExperts<'_> {
                     self.dev
                         .read_d2h(&self.slab, at, &mut v)
                         .map(|()| (ty, Bytes::from(v)))
-                        .map_err(|err| DecodeError::Cache(format!("c-engine pattern: {err}")))
+                        .map_err(LoadError::device("c-engine pattern: slab to host"))
                 };
                 let data = ExpertData {
                     gate: part(parts[0])?,
@@ -320,22 +327,20 @@ impl ExpertProvider for CPatternExperts<'_> {
                 self.slots[slot as usize] = Some(Arc::new(data));
                 self.cache
                     .fill_done(slot)
-                    .map_err(|err| DecodeError::Cache(err.to_string()))?;
+                    .map_err(LoadError::cache("expert cache"))?;
                 let _ = self.hist.record((took.as_micros() as u64).max(1));
             }
         }
         got.into_iter()
             .map(|s| match &self.slots[s as usize] {
                 Some(d) => Ok(Fetch::Ready(d.clone())),
-                None => Err(DecodeError::Cache(format!("slot {s} resident but empty"))),
+                None => Err(LoadError::Internal(format!("slot {s} resident but empty")).into()),
             })
             .collect()
     }
 
     fn wait(&mut self, slot: SlotId) -> Result<Arc<ExpertData>, DecodeError> {
-        Err(DecodeError::Cache(format!(
-            "the c-engine pattern has no pending slot {slot}"
-        )))
+        Err(LoadError::Internal(format!("the c-engine pattern has no pending slot {slot}")).into())
     }
 
     fn end_layer(&mut self, _layer: usize) {
@@ -401,6 +406,9 @@ mod tests {
         };
         let e = loader.load(vec![bad(999_000, 30_000)]).unwrap_err();
         assert!(e.to_string().contains("read 30000 at 999000"), "{e}");
+        // A failed read is a runtime error (exit 1), not bad input.
+        assert!(matches!(e, DecodeError::Load(LoadError::Read(_))), "{e:?}");
+        assert!(!e.is_bad_input());
         let e = loader.load(vec![bad(0, 100_000)]).unwrap_err();
         assert!(e.to_string().contains("> buffer"), "{e}");
         // Still serving after the errors.

@@ -1,6 +1,7 @@
 //! Errors of the decode path: bad tensors and keys are bad input (named), reads and kernels
 //! are runtime failures.
 
+use super::LoadError;
 use crate::compute::ComputeError;
 use crate::engine::EngineError;
 
@@ -32,9 +33,10 @@ pub enum DecodeError {
         #[source]
         source: ComputeError,
     },
-    /// The expert cache cannot hold what one layer needs.
-    #[error("expert cache: {0}")]
-    Cache(String),
+    /// Filling expert-cache slots failed: a cache too small for a layer (bad input) or a
+    /// device / OS failure (runtime); [`LoadError::is_bad_input`] tells which.
+    #[error(transparent)]
+    Load(#[from] LoadError),
 }
 
 impl DecodeError {
@@ -46,7 +48,6 @@ impl DecodeError {
                 | DecodeError::Key { .. }
                 | DecodeError::Token { .. }
                 | DecodeError::Input { .. }
-                | DecodeError::Cache(_)
-        )
+        ) || matches!(self, DecodeError::Load(e) if e.is_bad_input())
     }
 }

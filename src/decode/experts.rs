@@ -13,6 +13,7 @@
 //! lookahead.
 
 use super::{DecodeError, MoeWeights};
+use crate::decode::LoadError;
 use crate::engine::{BytesTicket, Engine, EngineError};
 use crate::expert_cache::{
     CacheError, CacheStats, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId,
@@ -209,9 +210,7 @@ impl ExpertProvider for ResidentExperts {
             .collect())
     }
     fn wait(&mut self, slot: SlotId) -> Result<Arc<ExpertData>, DecodeError> {
-        Err(DecodeError::Cache(format!(
-            "resident experts have no pending slot {slot}"
-        )))
+        Err(LoadError::Internal(format!("resident experts have no pending slot {slot}")).into())
     }
 }
 
@@ -257,8 +256,8 @@ impl<'a> StreamedExperts<'a> {
     ) -> Result<Self, DecodeError> {
         let k = model.shape.n_expert_used as usize;
         let eb = model.layers.first().map_or(0, |l| l.expert_bytes());
-        let cache = ExpertCache::new(slots, k, eb, policy)
-            .map_err(|e| DecodeError::Cache(e.to_string()))?;
+        let cache =
+            ExpertCache::new(slots, k, eb, policy).map_err(LoadError::cache("expert cache"))?;
         Ok(Self {
             engine,
             model,
@@ -289,7 +288,7 @@ impl<'a> StreamedExperts<'a> {
         match self.cache.lookup(key) {
             Ok(Lookup::Hit(s)) => match &self.slots[s as usize] {
                 Some(d) => Ok(Some((Fetch::Ready(d.clone()), None))),
-                None => Err(DecodeError::Cache(format!("slot {s} resident but empty"))),
+                None => Err(LoadError::Internal(format!("slot {s} resident but empty")).into()),
             },
             Ok(Lookup::Loading(s)) => Ok(Some((Fetch::Pending(s), None))),
             Ok(Lookup::Miss { slot, .. }) => {
@@ -313,7 +312,7 @@ impl<'a> StreamedExperts<'a> {
                 Ok(Some((Fetch::Pending(slot), Some(slot))))
             }
             Err(CacheError::Full { .. }) => Ok(None),
-            Err(e) => Err(DecodeError::Cache(e.to_string())),
+            Err(e) => Err(LoadError::cache("expert cache")(e).into()),
         }
     }
 
@@ -397,10 +396,11 @@ impl<'a> StreamedExperts<'a> {
                 }
             };
             let (f, m) = found.ok_or_else(|| {
-                DecodeError::Cache(format!(
-                    "all {} slots are held by layer {layer}'s experts and reads in flight",
-                    self.cache.capacity()
-                ))
+                DecodeError::from(LoadError::Held {
+                    layer,
+                    slots: self.cache.capacity(),
+                    inflight: " and reads in flight",
+                })
             })?;
             out.push(f);
             missed.extend(m);
@@ -485,7 +485,9 @@ impl ExpertProvider for StreamedExperts<'_> {
             return Ok(d.clone());
         }
         let p = self.pending.remove(&slot).ok_or_else(|| {
-            DecodeError::Cache(format!("slot {slot} is neither ready nor loading"))
+            DecodeError::from(LoadError::Internal(format!(
+                "slot {slot} is neither ready nor loading"
+            )))
         })?;
         let t0 = Instant::now();
         let what = format!("expert {} of layer {}", p.key.expert, p.key.layer);
@@ -513,7 +515,7 @@ impl ExpertProvider for StreamedExperts<'_> {
                 self.slots[slot as usize] = Some(data.clone());
                 self.cache
                     .fill_done(slot)
-                    .map_err(|e| DecodeError::Cache(e.to_string()))?;
+                    .map_err(LoadError::cache("expert cache"))?;
                 let us = p.since.elapsed().as_micros() as u64;
                 let _ = self.hist.record(us.max(1));
                 Ok(data)

@@ -25,6 +25,7 @@ mod error;
 mod experts;
 #[cfg(any(feature = "cuda", feature = "hip"))]
 mod gpu;
+mod load_error;
 mod popularity;
 mod stack;
 mod weights;
@@ -35,6 +36,7 @@ pub use experts::{
 };
 #[cfg(any(feature = "cuda", feature = "hip"))]
 pub use gpu::{AllocStep, GpuMoe};
+pub use load_error::LoadError;
 pub use popularity::{checked_key, most_used, parse_popularity};
 pub use stack::{digest_hex, MoeStack, TokenTrace};
 pub use weights::{MoeParams, MoeWeights};

@@ -6,6 +6,7 @@ use super::ram_tier::RamTier;
 use super::GpuMoe;
 use crate::decode::c_pattern::{CPatternLoader, Job, C_ENGINE_WORKERS};
 use crate::decode::DecodeError;
+use crate::decode::LoadError;
 use crate::device::{Device, DeviceBuffer, Event, GpuDevice};
 use crate::engine::{EngineError, ReadRequest, Ticket};
 use crate::expert_cache::{CacheError, ExpertKey, Lookup, PolicyKind, SlotId};
@@ -93,7 +94,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
                 }
                 r => r,
             };
-            let slot = match found.map_err(|e| DecodeError::Cache(e.to_string()))? {
+            let slot = match found.map_err(LoadError::cache("expert cache"))? {
                 Lookup::Hit(s) | Lookup::Loading(s) => {
                     out.push(s);
                     continue;
@@ -110,7 +111,9 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
                     Ok(sl) => at[i] = (sl.offset, sl.len as usize, self.parts[i].0),
                     Err(err) => {
                         let _ = self.cache.fill_failed(slot);
-                        return Err(DecodeError::Cache(err.to_string()));
+                        return Err(
+                            LoadError::slice(format!("expert {e} of layer {layer}"))(err).into(),
+                        );
                     }
                 }
             }
@@ -230,7 +233,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             if r.is_ok() {
                 self.cache
                     .fill_done(*slot)
-                    .map_err(|e| DecodeError::Cache(e.to_string()))?;
+                    .map_err(LoadError::cache("expert cache"))?;
                 let _ = self.hist.record((took.as_micros() as u64).max(1));
             } else {
                 let _ = self.cache.fill_failed(*slot);
@@ -320,7 +323,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         let copied = ram
             .cache
             .fill_done(rs)
-            .map_err(|e| DecodeError::Cache(e.to_string()))
+            .map_err(|e| LoadError::cache("RAM tier")(e).into())
             .and_then(|()| ram.copy_out(&*self.dev, rs, &self.slab, base));
         match copied {
             Ok(ev) => {
@@ -368,7 +371,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         let r = reads.map_err(read_err(key)).and_then(|()| match &p.copy {
             Some(ev) => ev
                 .wait()
-                .map_err(|e| DecodeError::Cache(format!("RAM tier copy: {e}"))),
+                .map_err(|e| LoadError::device("RAM tier copy")(e).into()),
             None => Ok(()),
         });
         match r {
@@ -377,7 +380,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
                 let _ = self.hist.record(us.max(1));
                 self.cache
                     .fill_done(slot)
-                    .map_err(|e| DecodeError::Cache(e.to_string()))
+                    .map_err(|e| LoadError::cache("expert cache")(e).into())
             }
             Err(e) => {
                 let _ = self.cache.fill_failed(slot);

@@ -35,6 +35,7 @@ use super::c_pattern::CPatternLoader;
 use super::experts::SpecLookups;
 use super::{DecodeError, FetchStats, MoeWeights, TokenTrace};
 use crate::compute::f16::f16_to_f32;
+use crate::decode::LoadError;
 use crate::device::{DeviceBuffer, DeviceError, GpuDevice, PinnedBuf};
 use crate::engine::{Engine, ReadRequest};
 use crate::expert_cache::{ExpertCache, ExpertKey, PolicyKind, SlotId};
@@ -48,7 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn dev_err(what: &str) -> impl FnOnce(DeviceError) -> DecodeError + '_ {
-    move |e| DecodeError::Cache(format!("gpu {what}: {e}"))
+    move |e| LoadError::device(format!("gpu {what}"))(e).into()
 }
 
 /// One layer's resident weights on the GPU.
@@ -217,7 +218,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         let first = model
             .layers
             .first()
-            .ok_or_else(|| DecodeError::Cache("a model without layers".into()))?;
+            .ok_or_else(|| LoadError::layout("a model without layers"))?;
         let part = |k: ExpertKind| {
             let r = first.routed(k);
             (r.expert_bytes as usize, r.tensor.ggml_type)
@@ -258,7 +259,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         let n_slots = slots.unwrap_or(total).min(total);
         let slab_len = n_slots
             .checked_mul(expert_bytes)
-            .ok_or_else(|| DecodeError::Cache("slab size overflows".into()))?;
+            .ok_or_else(|| LoadError::layout("expert slab size overflows"))?;
         let slab = Arc::new(dev.alloc(slab_len).map_err(dev_err("expert slab"))?);
         alloc_steps.push(step(
             "expert cache slab",
@@ -267,7 +268,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             free_now(&*dev),
         ));
         let cache = ExpertCache::new(n_slots, k, expert_bytes as u64, policy)
-            .map_err(|e| DecodeError::Cache(e.to_string()))?;
+            .map_err(LoadError::cache("expert cache"))?;
         let mut me = Self {
             dev,
             engine,
@@ -362,7 +363,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
                     let sl = self
                         .model
                         .expert_slice(l as u64, kind, e as u64)
-                        .map_err(|err| DecodeError::Cache(err.to_string()))?;
+                        .map_err(LoadError::slice(format!("expert {e} of layer {l}")))?;
                     let at = (l * x + e) * self.expert_bytes + self.parts[i].0;
                     reqs.push(ReadRequest::new(
                         sl.offset,

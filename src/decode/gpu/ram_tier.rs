@@ -12,6 +12,7 @@
 //! copy also holds a lease on the range, so a write that skipped the wait would fail `Busy`,
 //! never race). Off on unified-memory devices (device memory is host memory there).
 
+use crate::decode::LoadError;
 use crate::decode::{DecodeError, RamTierStats};
 use crate::device::{DeviceBuffer, Event, GpuDevice};
 use crate::expert_cache::{ExpertCache, PolicyKind, SlotId};
@@ -36,13 +37,13 @@ impl RamTier {
         policy: PolicyKind,
     ) -> Result<Self, DecodeError> {
         let cache = ExpertCache::new(slots, k, expert_bytes as u64, policy)
-            .map_err(|e| DecodeError::Cache(format!("RAM tier: {e}")))?;
+            .map_err(LoadError::cache("RAM tier"))?;
         let len = slots
             .checked_mul(expert_bytes)
-            .ok_or_else(|| DecodeError::Cache("RAM tier size overflows".into()))?;
+            .ok_or_else(|| LoadError::layout("RAM tier size overflows"))?;
         let slab = Arc::new(
             dev.alloc_mapped(len)
-                .map_err(|e| DecodeError::Cache(format!("RAM tier ({len} B pinned): {e}")))?,
+                .map_err(LoadError::device(format!("RAM tier ({len} B pinned)")))?,
         );
         Ok(Self {
             slab,
@@ -63,7 +64,7 @@ impl RamTier {
         match self.copies.remove(&s) {
             Some(ev) => ev
                 .wait()
-                .map_err(|e| DecodeError::Cache(format!("RAM tier copy: {e}"))),
+                .map_err(|e| LoadError::device("RAM tier copy")(e).into()),
             None => Ok(()),
         }
     }
@@ -78,7 +79,7 @@ impl RamTier {
     ) -> Result<Event, DecodeError> {
         let ev = dev
             .copy_d2d_async(&self.slab, self.at(s), dst, at, self.expert_bytes)
-            .map_err(|e| DecodeError::Cache(format!("RAM tier copy: {e}")))?;
+            .map_err(LoadError::device("RAM tier copy"))?;
         self.copies.insert(s, ev.clone());
         self.n_copies += 1;
         Ok(ev)
