@@ -63,7 +63,12 @@ pub struct Gpu<R: Runtime> {
 
 impl<R: Runtime> std::fmt::Debug for Gpu<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct(&format!("{}Device", R::LABEL))
+        let ty = match R::KIND {
+            BackendKind::Cuda => "CudaDevice",
+            BackendKind::Hip => "HipDevice",
+            BackendKind::Host => "Gpu",
+        };
+        f.debug_struct(ty)
             .field("name", &self.name)
             .field("unified", &self.unified)
             .finish()
