@@ -341,7 +341,7 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// --cases mmap` on a GPU): a blocking copy from *pageable* host memory (a file mapping)
     /// into `dst[dst_offset..]`, after every copy queued before it. The driver bounces pageable
     /// sources through its own staging and page faults stall it; the engine itself never calls
-    /// this. Holds a write lease on the range while it runs. Backends without it (host, HIP)
+    /// this. Holds a write lease on the range while it runs. Backends without it (host)
     /// answer [`DeviceError::Backend`] with code -1.
     fn copy_pageable_blocking(
         &self,

@@ -729,6 +729,12 @@ hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void *src, size_t len, hipStre
     return tr("hipMemcpyHtoDAsync", cudaMemcpyAsync(dst, src, len, cudaMemcpyHostToDevice, s));
 }
 
+/* Synchronous, like HIP's: returns once the bytes are on the device (`src` may be pageable:
+ * `copy_pageable_blocking`, a benchmark baseline). */
+hipError_t hipMemcpyHtoD(hipDeviceptr_t dst, void *src, size_t len) {
+    return tr("hipMemcpyHtoD", cudaMemcpy(dst, src, len, cudaMemcpyHostToDevice));
+}
+
 /* Synchronous, like HIP's: returns once the bytes are in host memory. */
 hipError_t hipMemcpyDtoH(void *dst, hipDeviceptr_t src, size_t len) {
     return tr("hipMemcpyDtoH", cudaMemcpy(dst, src, len, cudaMemcpyDeviceToHost));

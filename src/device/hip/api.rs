@@ -15,7 +15,7 @@
 //! are the same in the 5.2, 5.4 and 6.x headers), never the `hipDeviceProp_t` struct, whose
 //! layout and symbol ROCm 6 versioned (`hipGetDevicePropertiesR0600`).
 //!
-//! Every call here needs the device current on the calling thread: [`Dev::bind`].
+//! The [`Runtime`](crate::device::gpu::Runtime) on top of them is `runtime.rs`.
 
 use super::super::{BackendKind, DeviceError};
 use hip_sys::hiprt as sys;
@@ -41,12 +41,12 @@ pub(super) const ATTR_INTEGRATED: c_int =
 
 // Resolved against libamdhip64, which hip-sys's build script links.
 extern "C" {
-    fn hipGetDeviceCount(count: *mut c_int) -> Status;
-    fn hipGetDevice(device: *mut c_int) -> Status;
-    fn hipSetDevice(device: c_int) -> Status;
-    fn hipDeviceGetAttribute(value: *mut c_int, attr: c_int, device: c_int) -> Status;
-    fn hipDeviceGetName(name: *mut c_char, len: c_int, device: c_int) -> Status;
-    fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> Status;
+    pub(super) fn hipGetDeviceCount(count: *mut c_int) -> Status;
+    pub(super) fn hipGetDevice(device: *mut c_int) -> Status;
+    pub(super) fn hipSetDevice(device: c_int) -> Status;
+    pub(super) fn hipDeviceGetAttribute(value: *mut c_int, attr: c_int, device: c_int) -> Status;
+    pub(super) fn hipDeviceGetName(name: *mut c_char, len: c_int, device: c_int) -> Status;
+    pub(super) fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> Status;
     fn hipGetErrorName(e: Status) -> *const c_char;
     fn hipGetErrorString(e: Status) -> *const c_char;
     pub(super) fn hipStreamCreateWithFlags(stream: *mut hipStream_t, flags: c_uint) -> Status;
@@ -79,6 +79,7 @@ extern "C" {
         len: usize,
         stream: hipStream_t,
     ) -> Status;
+    pub(super) fn hipMemcpyHtoD(dst: *mut c_void, src: *mut c_void, len: usize) -> Status;
     pub(super) fn hipMemcpyDtoH(dst: *mut c_void, src: *mut c_void, len: usize) -> Status;
     pub(super) fn hipMemcpyDtoDAsync(
         dst: *mut c_void,
@@ -145,91 +146,4 @@ pub(super) fn describe(r: Status) -> String {
         (Some(n), _) => n,
         (None, _) => format!("hipError_t {r}"),
     }
-}
-
-/// One HIP device (HIP has no context object of ours to hold: the runtime keeps one primary
-/// context per device, selected per thread with `hipSetDevice`).
-pub(super) struct Dev {
-    pub(super) ordinal: c_int,
-}
-
-impl Dev {
-    /// Finds device `ordinal`: a clean `NoDevice` when the runtime has no device at all (no AMD
-    /// GPU, no driver: `hipErrorNoDevice`) or not that one.
-    pub(super) fn open(ordinal: usize) -> Result<Self, DeviceError> {
-        let no_device = |detail: String| DeviceError::NoDevice {
-            backend: BackendKind::Hip,
-            detail,
-        };
-        let mut count: c_int = 0;
-        // SAFETY: writes one int.
-        let r = unsafe { hipGetDeviceCount(&mut count) };
-        if r != HIP_SUCCESS {
-            return Err(no_device(format!(
-                "hipGetDeviceCount failed: {}",
-                describe(r)
-            )));
-        }
-        if ordinal >= count.max(0) as usize {
-            return Err(no_device(format!(
-                "device {ordinal} asked for, {count} HIP device(s) present"
-            )));
-        }
-        Ok(Self {
-            ordinal: ordinal as c_int,
-        })
-    }
-
-    /// Makes this device current on the calling thread unless it already is (asking the
-    /// runtime each time: code outside ours, e.g. a C caller, may switch devices too).
-    pub(super) fn bind(&self) -> Result<(), DeviceError> {
-        let mut cur: c_int = -1;
-        // SAFETY: writes one int.
-        let r = unsafe { hipGetDevice(&mut cur) };
-        check(r, "hipGetDevice")?;
-        if cur == self.ordinal {
-            return Ok(());
-        }
-        // SAFETY: no pointer arguments; the ordinal was checked against the count in `open`.
-        let r = unsafe { hipSetDevice(self.ordinal) };
-        check(r, "hipSetDevice")
-    }
-
-    pub(super) fn attribute(&self, attr: c_int) -> Result<i32, DeviceError> {
-        let mut v: c_int = 0;
-        // SAFETY: writes one int for a device ordinal the runtime reported.
-        let r = unsafe { hipDeviceGetAttribute(&mut v, attr, self.ordinal) };
-        check(r, "hipDeviceGetAttribute")?;
-        Ok(v)
-    }
-
-    pub(super) fn name(&self) -> String {
-        let mut buf = [0 as c_char; 256];
-        // The `hipDevice_t` argument is the ordinal: ROCm's hipDeviceGet hands it back unchanged.
-        // SAFETY: the runtime writes at most `len` bytes, NUL-terminated.
-        let r = unsafe { hipDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, self.ordinal) };
-        if r != HIP_SUCCESS {
-            return "HIP device".into();
-        }
-        buf[buf.len() - 1] = 0;
-        // SAFETY: NUL-terminated within the buffer (forced above).
-        unsafe { CStr::from_ptr(buf.as_ptr()) }
-            .to_string_lossy()
-            .into_owned()
-    }
-
-    /// (free, total) bytes of device memory.
-    pub(super) fn mem_info(&self) -> Result<(u64, u64), DeviceError> {
-        self.bind()?;
-        let (mut free, mut total) = (0usize, 0usize);
-        // SAFETY: writes two sizes; the device is current.
-        let r = unsafe { hipMemGetInfo(&mut free, &mut total) };
-        check(r, "hipMemGetInfo")?;
-        Ok((free as u64, total as u64))
-    }
-}
-
-/// A raw pointer usable as a `*mut c_void` argument.
-pub(super) fn void(p: *const u8) -> *mut c_void {
-    p as *mut c_void
 }

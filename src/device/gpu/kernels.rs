@@ -2,19 +2,19 @@
 //! [`Device`]: the kernels of `kernels/ds4_kernels.cu` and the RAM tier's copies, written once
 //! for both backends.
 //!
-//! A backend supplies the small part that differs ([`GpuDevice`]'s required methods: a checked
-//! kernel argument address, a launch on its compute stream after every copy issued so far, a
-//! memset, a wait, mapped memory and device-side copies); the typed launches (matvec, rms_norm,
-//! …) are provided methods here, so the argument lists and launch shapes of
-//! kernels/README.md are spelled out in one place. CUDA compiles the source with NVRTC
-//! (`device::cuda`), HIP with hipRTC (`device::hip`).
+//! [`Gpu`](super::Gpu) supplies the small part ([`GpuDevice`]'s required methods, in
+//! `compute.rs`: a checked kernel argument address, a launch on its compute stream after every
+//! copy issued so far, a memset, a wait, mapped memory and device-side copies); the typed
+//! launches (matvec, rms_norm, …) are provided methods here, so the argument lists and launch
+//! shapes of kernels/README.md are spelled out in one place. CUDA compiles the source with
+//! NVRTC (`device::cuda`), HIP with hipRTC (`device::hip`).
 //!
 //! Ordering contract (both backends): a kernel sees every copy issued on the copy stream before
 //! its launch (the compute stream waits for an event of the copy stream, on the GPU); copies
 //! issued after it overlap with it. Buffers passed to kernels stay alive until
 //! [`GpuDevice::synchronize_compute`].
 
-use super::{BackendKind, Device, DeviceBuffer, DeviceError, Event};
+use crate::device::{Device, DeviceBuffer, DeviceError, Event};
 use crate::gguf::GgmlType;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -29,7 +29,8 @@ pub const THREADS: u32 = 256;
 /// valid on this device for `len` bytes from `offset` of `buf` (after checking the range and
 /// that `buf` is this device's memory) and keep `buf` alive until [`Self::synchronize_compute`];
 /// [`Self::launch`] must order the kernel after the copies issued before it. (The same reason
-/// [`PinnedMemory`](super::PinnedMemory) and [`DeviceMemory`](super::DeviceMemory) are
+/// [`PinnedMemory`](crate::device::PinnedMemory) and
+/// [`DeviceMemory`](crate::device::DeviceMemory) are
 /// `unsafe trait`s.)
 pub unsafe trait GpuDevice: Device + 'static {
     /// `len` bytes of mapped pinned host memory with a device address (zeroed): the RAM tier.
@@ -255,18 +256,4 @@ fn to_i32(n: usize) -> Result<i32, DeviceError> {
         size: i32::MAX as u64,
         what: "kernel dimension",
     })
-}
-
-/// The error of a kernel module that failed to build (compile, load, find a function).
-pub(crate) fn compile_error(
-    backend: BackendKind,
-    call: &'static str,
-    detail: String,
-) -> DeviceError {
-    DeviceError::Backend {
-        backend,
-        call,
-        code: -1,
-        detail,
-    }
 }

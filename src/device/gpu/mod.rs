@@ -1,0 +1,384 @@
+//! One GPU device, written once for CUDA and HIP: [`Gpu<R>`] over a small [`Runtime`] (the
+//! calls that differ), which `device::cuda` implements on cudarc's `result` layer and
+//! `device::hip` on our HIP declarations. `CudaDevice` = `Gpu<Cuda>`, `HipDevice` = `Gpu<Hip>`.
+//!
+//! Shape (STYLE.md item 1): raw calls (`Runtime`, one `Result` each) → RAII types that free in
+//! `Drop`: [`Gpu`] (the device bound per thread, one non-blocking copy stream, a completion
+//! thread), pinned staging memory and device memory (`memory.rs`), per-copy events, and the
+//! kernels with their own stream (`compute.rs`, [`GpuDevice`]; typed launches in `kernels.rs`).
+//!
+//! Copies: host to device only from our own pinned memory (a pageable source would silently
+//! become a synchronous staged copy), then an event; the completion thread waits for that
+//! event, drops the copy's write lease, and only then completes the [`Event`](crate::device::Event) the staging
+//! buffer holds (see `completion.rs`: a stream callback may not free device memory).
+//!
+//! Unified mode ([`GpuConfig::unified`]; automatic on integrated GPUs such as Strix Halo's
+//! gfx1151): device allocations are mapped pinned host memory with a device address; the
+//! engine reads files straight into them. Forcing it on a discrete GPU runs that path there.
+//!
+//! Memory of another backend is [`DeviceError::WrongBackend`]; memory of another device of the
+//! same backend is [`DeviceError::Backend`] with `call` naming the operation, everywhere.
+//!
+//! Limits: one copy stream per device; device-to-host reads are synchronous (tests, `cat`).
+
+mod compute;
+mod kernels;
+mod memory;
+mod runtime;
+
+pub use kernels::{GpuDevice, THREADS};
+pub use runtime::{Caps, MemKind, RawAlloc, Runtime};
+
+use super::buffer::{DeferredErrors, DeviceBuffer, PinnedBuf, WriteLease};
+use super::completion::{Completer, RawEvent};
+use super::{check_range, BackendKind, Device, DeviceError, MemInfo};
+use compute::Compute;
+use memory::{Memory, Pinned};
+use std::sync::{Arc, OnceLock};
+
+/// Settings of a [`Gpu`] (`CudaConfig`, `HipConfig`).
+#[derive(Clone, Debug, Default)]
+pub struct GpuConfig {
+    /// Device ordinal (0 = the first GPU).
+    pub ordinal: usize,
+    /// Unified mode: `None` = on for integrated GPUs only; `Some(true)` forces it on a
+    /// discrete GPU (device allocations become mapped pinned host memory).
+    pub unified: Option<bool>,
+}
+
+/// One GPU with one copy stream.
+pub struct Gpu<R: Runtime> {
+    // Drop order: the completion thread first (it waits for every queued copy), then the
+    // kernels, the stream, then the runtime handle (its last `Arc`: memory holds one too).
+    done: Completer,
+    /// The kernels and their stream, made on first use (NVRTC / hipRTC compile).
+    compute: OnceLock<Compute<R>>,
+    stream: Stream<R>,
+    rt: Arc<R>,
+    deferred: Arc<DeferredErrors>,
+    name: String,
+    unified: bool,
+    integrated: bool,
+}
+
+impl<R: Runtime> std::fmt::Debug for Gpu<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ty = match R::KIND {
+            BackendKind::Cuda => "CudaDevice",
+            BackendKind::Hip => "HipDevice",
+            BackendKind::Host => "Gpu",
+        };
+        f.debug_struct(ty)
+            .field("name", &self.name)
+            .field("unified", &self.unified)
+            .finish()
+    }
+}
+
+impl<R: Runtime> Gpu<R> {
+    /// Opens device `cfg.ordinal`: a clean [`DeviceError::NoDevice`] when there is no driver or
+    /// no such device.
+    pub fn new(cfg: GpuConfig) -> Result<Self, DeviceError> {
+        let rt = Arc::new(R::open(cfg.ordinal)?);
+        rt.bind()?;
+        let caps = rt.caps()?;
+        let unified = cfg.unified.unwrap_or(caps.integrated);
+        if unified && !caps.can_map_host {
+            return Err(DeviceError::Backend {
+                backend: R::KIND,
+                call: "unified mode",
+                code: -1,
+                detail: "this device cannot map host memory".into(),
+            });
+        }
+        let stream = Stream::new(&rt)?;
+        let r = rt.clone();
+        let done = Completer::start(R::KIND, move || r.bind())?;
+        let name = format!("{} ({} {})", rt.name(), R::LABEL, cfg.ordinal);
+        Ok(Self {
+            done,
+            compute: OnceLock::new(),
+            stream,
+            rt,
+            deferred: Arc::default(),
+            name,
+            unified,
+            integrated: caps.integrated,
+        })
+    }
+
+    /// True when the GPU shares memory with the CPU (what `unified` defaults to).
+    pub fn integrated(&self) -> bool {
+        self.integrated
+    }
+
+    /// Zeroes a new allocation (like the host backend's: tests and callers may rely on it):
+    /// one memset on the copy stream, waited for here (allocation is the slow path anyway).
+    fn zeroed(&self, mem: Memory<R>) -> Result<DeviceBuffer, DeviceError> {
+        if mem.len > 0 {
+            // SAFETY: `len` bytes of memory just allocated (which bound the device).
+            unsafe { self.rt.zero_async(mem.at(0), mem.len, self.stream.raw) }?;
+            self.stream.synchronize()?;
+        }
+        Ok(DeviceBuffer::from_memory(Box::new(mem)))
+    }
+
+    /// `buf`'s memory if it is this device's: [`DeviceError::WrongBackend`] for another
+    /// backend's, [`DeviceError::Backend`] (`call`) for another device's.
+    fn ours<'a>(
+        &self,
+        buf: &'a DeviceBuffer,
+        call: &'static str,
+    ) -> Result<&'a Memory<R>, DeviceError> {
+        let mem =
+            buf.memory()
+                .as_any()
+                .downcast_ref::<Memory<R>>()
+                .ok_or(DeviceError::WrongBackend {
+                    expected: R::KIND,
+                    found: buf.backend(),
+                })?;
+        if !Arc::ptr_eq(&mem.rt, &self.rt) {
+            return Err(DeviceError::Backend {
+                backend: R::KIND,
+                call,
+                code: -1,
+                detail: format!("device memory of another {} device", R::LABEL),
+            });
+        }
+        Ok(mem)
+    }
+}
+
+/// A stream of the device (the copy stream; the kernels have one of their own).
+struct Stream<R: Runtime> {
+    rt: Arc<R>,
+    raw: R::Stream,
+}
+
+// SAFETY: a stream may be used from any thread with its device bound (which every use here
+// makes sure of); the runtime serialises work on it (`Runtime`'s contract).
+unsafe impl<R: Runtime> Send for Stream<R> {}
+// SAFETY: as above.
+unsafe impl<R: Runtime> Sync for Stream<R> {}
+
+impl<R: Runtime> Stream<R> {
+    /// The device is bound (by the caller).
+    fn new(rt: &Arc<R>) -> Result<Self, DeviceError> {
+        // SAFETY: bound by the caller.
+        let raw = unsafe { rt.stream_create() }?;
+        Ok(Self {
+            rt: rt.clone(),
+            raw,
+        })
+    }
+
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        self.rt.bind()?;
+        // SAFETY: bound; a live stream.
+        unsafe { self.rt.stream_sync(self.raw) }
+    }
+
+    /// Records a new event after everything queued so far (the device is bound by the caller).
+    fn record(&self) -> Result<GpuEvent<R>, DeviceError> {
+        // SAFETY: bound by the caller.
+        let raw = unsafe { self.rt.event_create() }?;
+        let ev = GpuEvent {
+            rt: self.rt.clone(),
+            raw,
+        };
+        // SAFETY: a live event and stream; bound.
+        unsafe { self.rt.event_record(ev.raw, self.raw) }?;
+        Ok(ev)
+    }
+}
+
+impl<R: Runtime> Drop for Stream<R> {
+    fn drop(&mut self) {
+        if self.rt.bind().is_ok() {
+            // SAFETY: the stream is ours and used by nobody else any more; pending work finishes
+            // first (the completion thread waited for every copy before this runs).
+            unsafe {
+                let _ = self.rt.stream_sync(self.raw);
+                let _ = self.rt.stream_destroy(self.raw);
+            }
+        }
+    }
+}
+
+/// One copy's event, waited for and destroyed on the completion thread.
+struct GpuEvent<R: Runtime> {
+    rt: Arc<R>,
+    raw: R::Event,
+}
+
+// SAFETY: an event may be waited for and destroyed from any thread with its device bound.
+unsafe impl<R: Runtime> Send for GpuEvent<R> {}
+
+impl<R: Runtime> RawEvent for GpuEvent<R> {
+    fn wait(&self) -> Result<(), DeviceError> {
+        self.rt.bind()?;
+        // SAFETY: bound; a live event.
+        unsafe { self.rt.event_sync(self.raw) }
+    }
+}
+
+impl<R: Runtime> Drop for GpuEvent<R> {
+    fn drop(&mut self) {
+        if self.rt.bind().is_ok() {
+            // SAFETY: the event is ours; destroying a pending event is allowed (the runtime
+            // releases it at completion).
+            let _ = unsafe { self.rt.event_destroy(self.raw) };
+        }
+    }
+}
+
+impl<R: Runtime> Device for Gpu<R> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn kind(&self) -> BackendKind {
+        R::KIND
+    }
+
+    fn unified_memory(&self) -> bool {
+        self.unified
+    }
+
+    fn alloc_pinned(&self, len: usize) -> Result<PinnedBuf, DeviceError> {
+        let mem = Pinned::new(&self.rt, len)?;
+        Ok(PinnedBuf::new(Box::new(mem), self.deferred.clone()))
+    }
+
+    unsafe fn wrap_device_memory(
+        &self,
+        addr: u64,
+        len: usize,
+    ) -> Result<DeviceBuffer, DeviceError> {
+        super::check_foreign(addr, len, R::KIND)?;
+        // Not owned: Drop frees nothing. The caller vouches (the trait's contract) that the
+        // range is this device's memory and outlives the buffer.
+        let mem = Memory::foreign(&self.rt, addr, len);
+        Ok(DeviceBuffer::from_memory(Box::new(mem)))
+    }
+
+    fn alloc(&self, len: usize) -> Result<DeviceBuffer, DeviceError> {
+        let what = match self.unified {
+            true => "mapped device memory",
+            false => "device memory",
+        };
+        self.zeroed(Memory::new(&self.rt, len, self.unified, what)?)
+    }
+
+    fn copy_h2d_leased(
+        &self,
+        src: &mut PinnedBuf,
+        src_offset: usize,
+        dst: &Arc<WriteLease>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), DeviceError> {
+        check_range(src_offset, len, src.len(), "pinned buffer")?;
+        dst.check(dst_offset, len)?;
+        if src.backend() != R::KIND {
+            return Err(DeviceError::WrongBackend {
+                expected: R::KIND,
+                found: src.backend(),
+            });
+        }
+        let mem = self.ours(dst.buffer(), "copy")?;
+        self.rt.bind()?;
+        if len > 0 {
+            // SAFETY: bound; the source range lies in pinned memory owned by `src` (checked
+            // above), which waits for the event recorded below before any host write or free;
+            // the destination range lies in `mem` (checked by the lease), which the lease keeps
+            // alive and exclusive until the completion thread has seen the copy finish.
+            unsafe {
+                let from = src.src_ptr().add(src_offset);
+                self.rt
+                    .copy_h2d_async(mem.at(dst_offset), from, len, self.stream.raw)
+            }?;
+        }
+        let ev = self.stream.record()?;
+        src.record(self.done.track(Box::new(ev), Some(dst.clone())));
+        Ok(())
+    }
+
+    fn read_d2h(
+        &self,
+        src: &DeviceBuffer,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), DeviceError> {
+        check_range(offset, dst.len(), src.len(), "device buffer")?;
+        let _lease = src.lease_read(offset, dst.len())?;
+        let mem = self.ours(src, "copy")?;
+        // After every copy and kernel queued before.
+        self.synchronize_compute()?;
+        self.stream.synchronize()?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        match mem.host {
+            Some(h) => {
+                // SAFETY: mapped memory valid for `len` bytes; the range was checked, the read
+                // lease keeps writers out, and the stream is idle.
+                let s = unsafe { std::slice::from_raw_parts(h.as_ptr().add(offset), dst.len()) };
+                dst.copy_from_slice(s);
+                Ok(())
+            }
+            // SAFETY: bound (by the stream sync); `dst` is a live exclusive slice of `len`
+            // bytes; the source range lies in `mem` (checked) under a read lease.
+            None => unsafe {
+                self.rt
+                    .copy_d2h(dst.as_mut_ptr(), mem.at(offset), dst.len())
+            },
+        }
+    }
+
+    fn synchronize(&self) -> Result<(), DeviceError> {
+        self.synchronize_compute()?;
+        self.stream.synchronize()?;
+        self.done.drain();
+        self.deferred.take()
+    }
+
+    fn memory_info(&self) -> Result<Option<MemInfo>, DeviceError> {
+        let (free, total) = self.rt.mem_info()?;
+        Ok(Some(MemInfo { free, total }))
+    }
+
+    fn copy_pageable_blocking(
+        &self,
+        src: &[u8],
+        dst: &Arc<DeviceBuffer>,
+        dst_offset: usize,
+    ) -> Result<(), DeviceError> {
+        let _lease = dst.lease_write(dst_offset, src.len())?;
+        let mem = self.ours(dst, "copy")?;
+        self.synchronize()?;
+        self.rt.bind()?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        match mem.host {
+            Some(h) => {
+                // SAFETY: mapped memory valid for `len` bytes; the range was checked by the
+                // lease, which keeps every other writer and reader out; the stream is idle.
+                let d = unsafe {
+                    std::slice::from_raw_parts_mut(h.as_ptr().add(dst_offset), src.len())
+                };
+                d.copy_from_slice(src);
+                Ok(())
+            }
+            // SAFETY: bound; `src` is a live slice of `len` bytes (pageable: the runtime stages
+            // it and returns when the copy is done); the destination range lies in `mem`
+            // (checked by the lease) and is exclusively ours while the lease lives.
+            None => unsafe {
+                self.rt
+                    .copy_h2d(mem.at(dst_offset), src.as_ptr(), src.len())
+            },
+        }
+    }
+}
