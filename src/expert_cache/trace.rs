@@ -1,5 +1,5 @@
 //! Routing traces: which experts each (token, layer) used. A seeded synthetic generator shaped
-//! like DS4's published routing, (the reader of `ds4 --record-trace` files is `ds4_tools::trace`).
+//! like DS4's published routing (the reader of `ds4 --record-trace` files is `ds4_tools::trace`).
 //!
 //! Why synthetic: no recorded DS4 Flash trace is in this repository, and cache policies need
 //! traces with known character to be compared. The generator follows ../shared/DS4_FACTS.md:
