@@ -14,8 +14,8 @@ if ! cargo +nightly miri --version >/dev/null 2>&1; then
 fi
 t0=$(date +%s)
 # Isolation stays on (no file system, no clock): none of these tests needs either.
-CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p ds4-stream --no-default-features \
+CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p ds4-stream \
     --lib -- device:: engine::
-CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p ds4-stream --no-default-features \
+CARGO_TARGET_DIR=target/miri cargo +nightly miri test -p ds4-stream \
     --test engine_device
 echo "miri: done in $(( $(date +%s) - t0 )) s"

@@ -18,16 +18,16 @@ if [ -z "${DS4_SRC+set}" ] && [ -f ../shared/ds4c/ds4.c ]; then
     export DS4_SRC
 fi
 
-# The engine library must stay usable without the tools: with --no-default-features it pulls in
-# no command-line, progress-bar, JSON, async-runtime or mmap crate, and it builds.
-lean=$(cargo tree -p ds4-stream --no-default-features -e normal --prefix none)
-for dep in clap indicatif serde_json tokio memmap2; do
+# The engine library must stay usable without the tools (the separate crate ds4-tools): it pulls
+# in no command-line, progress-bar, JSON, async-runtime, mmap or signal crate, and builds alone.
+lean=$(cargo tree -p ds4-stream -e normal --prefix none)
+for dep in clap indicatif serde_json tokio memmap2 ctrlc; do
     if grep -q "^$dep v" <<<"$lean"; then
-        echo "test.sh: ds4-stream --no-default-features depends on $dep:" >&2
-        cargo tree -p ds4-stream --no-default-features -e normal -i "$dep" >&2
+        echo "test.sh: ds4-stream depends on $dep:" >&2
+        cargo tree -p ds4-stream -e normal -i "$dep" >&2
         exit 1
     fi
 done
-cargo build -p ds4-stream --lib --release --no-default-features
+cargo build -p ds4-stream --lib --release
 
 cargo test --workspace --release "$@"

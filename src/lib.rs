@@ -5,25 +5,23 @@
 //! completion. No mmap in the data path. See docs/ARCHITECTURE.md.
 //!
 //! The engine library is [`gguf`], [`model`], [`device`], [`engine`], [`plan`] (the memory
-//! planner) and [`generate`] (the deterministic DS4 file generator, for tests). With `default-features = false` that is all
-//! there is, and it pulls in no command-line, progress-bar, JSON or async-runtime crate. The
-//! default feature `tools` adds [`cli`] and [`stress`], the code of the `ds4` and `ds4-stress`
-//! programs (`ds4-bench` lives in `benches/ds4-bench/`).
+//! planner) and [`generate`] (the deterministic DS4 file generator, for tests). It pulls in no
+//! command-line, progress-bar, JSON or async-runtime crate: the programs (`ds4`, `ds4-bench`,
+//! `ds4-stress`) are the separate crate `ds4-tools` (`tools/`), which parses the library's
+//! named values ([`choice`]) with clap.
 
-#[cfg(feature = "tools")]
-pub mod cli;
+pub mod choice;
 pub mod compute;
 pub mod decode;
 pub mod device;
 pub mod engine;
+pub mod errors;
 pub mod expert_cache;
 pub mod expert_store;
 pub mod generate;
 pub mod gguf;
 pub mod model;
 pub mod plan;
-#[cfg(feature = "tools")]
-pub mod stress;
 pub mod units;
 
 pub use ds4_io as io;

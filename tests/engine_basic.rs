@@ -5,12 +5,10 @@
 mod engine_util;
 
 use ds4_io::pattern::verify;
-#[cfg(feature = "tools")]
+use ds4_stream::device::testing::CountingDevice;
 use ds4_stream::device::Device;
 use ds4_stream::device::{BackendKind, DeviceBuffer, DeviceError};
 use ds4_stream::engine::{EngineConfig, EngineError, ReadRequest};
-#[cfg(feature = "tools")] // the counting/failing test device lives with the stress tools
-use ds4_stream::stress::counting::CountingDevice;
 use engine_util::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -304,7 +302,6 @@ fn bad_configs_are_refused() {
     }
 }
 
-#[cfg(feature = "tools")]
 #[test]
 fn staging_allocation_failure_is_a_typed_error() {
     let dev = CountingDevice::new(discrete(Duration::ZERO)).fail_pinned_after(3);

@@ -1,6 +1,6 @@
 //! Resource accounting: after an engine (and its device) is dropped, the process's open file
 //! descriptors (/proc/self/fd), threads (/proc/self/task) and the staging ring's pinned bytes
-//! (counted by `stress::counting::CountingDevice`) are back where they started, and every
+//! (counted by `device::testing::CountingDevice`, the test double) are back where they started, and every
 //! destination buffer is held by its owner alone (the engine and the copy thread let go of
 //! their `Arc`s). Exercised paths: staged and direct reads on a real file with direct IO,
 //! dropped tickets, EIO, shutdown with hundreds of requests in flight, an engine whose worker
@@ -10,15 +10,13 @@
 //! Linux only: fds and threads are counted through /proc. Under Wine (Windows build) neither
 //! is countable this way; the pinned-byte and `Arc` checks are portable.
 //! One test function: the counts are process-wide, a test running alongside would disturb them.
-// Needs `ds4_stream::stress::counting`, built with the `tools` feature (a default feature).
-#![cfg(feature = "tools")]
 
 use ds4_io::fault::{FaultPlan, FaultySource};
 use ds4_io::pattern::write_file;
 use ds4_io::Source;
+use ds4_stream::device::testing::{open_fds, threads, CountingDevice, PinnedCounter};
 use ds4_stream::device::{Device, DeviceBuffer, HostDevice};
 use ds4_stream::engine::{Engine, EngineConfig, EngineError, ReadRequest};
-use ds4_stream::stress::counting::{open_fds, threads, CountingDevice, PinnedCounter};
 use std::sync::Arc;
 use std::time::Duration;
 

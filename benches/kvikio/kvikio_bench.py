@@ -9,7 +9,7 @@ as `ds4-bench io --backend cuda` on the same file, so both see the same machine.
         --task-size 4MiB,16MiB --reps 3
     python3 benches/kvikio/kvikio_bench.py --file F --pattern expert --total 2.6GiB
 
-Patterns (the same shapes as ds4-bench's, see benches/ds4-bench/plan.rs):
+Patterns (the same shapes as ds4-bench's, see tools/benches/ds4-bench/plan.rs):
 - seq: the first TOTAL bytes of the file in order, one `pread` per destination-ring fill (KvikIO
   splits it into tasks of --task-size over its thread pool).
 - expert: the file as contiguous 7,077,888-byte experts (slices of 2,162,688, 2,162,688 and

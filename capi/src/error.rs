@@ -67,17 +67,8 @@ impl Failure {
     }
 }
 
-/// `a: b: c`, the error and its sources.
-pub fn chain(err: &dyn std::error::Error) -> String {
-    let mut s = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        s.push_str(": ");
-        s.push_str(&e.to_string());
-        cur = e.source();
-    }
-    s
-}
+/// `a: b: c`, the error and its sources (the one printer of the workspace).
+pub use ds4_stream::errors::chain;
 
 pub fn device_status(e: &DeviceError) -> c_int {
     match e {

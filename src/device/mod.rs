@@ -31,6 +31,7 @@ pub mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
 pub mod host;
+pub mod testing;
 
 pub use buffer::{
     DeferredErrors, DeviceBuffer, DeviceMemory, Event, EventImpl, PinnedBuf, PinnedMemory,

@@ -21,6 +21,7 @@
 mod error;
 mod hostpool;
 mod pipeline;
+pub mod range_copy;
 mod request;
 mod stats;
 

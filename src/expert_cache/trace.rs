@@ -1,5 +1,5 @@
 //! Routing traces: which experts each (token, layer) used. A seeded synthetic generator shaped
-//! like DS4's published routing, and (feature `tools`) a reader of `ds4 --record-trace` files.
+//! like DS4's published routing (the reader of `ds4 --record-trace` files is `ds4_tools::trace`).
 //!
 //! Why synthetic: no recorded DS4 Flash trace is in this repository, and cache policies need
 //! traces with known character to be compared. The generator follows ../shared/DS4_FACTS.md:
@@ -40,7 +40,9 @@ pub struct Trace {
 }
 
 impl Trace {
-    fn new(n_layers: u16, n_experts: u16) -> Self {
+    /// An empty trace (no steps) of `n_layers` × `n_experts`; steps come from [`Trace::push_step`]
+    /// (the trace readers of the tools build one this way).
+    pub fn new(n_layers: u16, n_experts: u16) -> Self {
         Trace {
             n_layers,
             n_experts,
@@ -48,7 +50,8 @@ impl Trace {
             ..Trace::default()
         }
     }
-    fn push_step(&mut self, keys: impl IntoIterator<Item = ExpertKey>) {
+    /// Appends one step (one token's experts at one layer); `k` grows to the step's size.
+    pub fn push_step(&mut self, keys: impl IntoIterator<Item = ExpertKey>) {
         self.keys.extend(keys);
         let n = self.keys.len() - self.starts[self.starts.len() - 1];
         self.k = self.k.max(n);
@@ -290,11 +293,6 @@ pub fn coverage(t: &Trace, frac: f64) -> Vec<usize> {
         })
         .collect()
 }
-
-#[cfg(feature = "tools")]
-mod jsonl;
-#[cfg(feature = "tools")]
-pub use jsonl::{read_record_trace, TraceError};
 
 #[cfg(test)]
 mod tests {

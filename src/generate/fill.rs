@@ -9,7 +9,6 @@ use crate::model::ExpertKind;
 
 /// What is left as holes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "tools", derive(clap::ValueEnum))]
 pub enum Holes {
     /// Nothing: every byte is written.
     None,

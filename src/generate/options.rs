@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 
 /// Routed expert quantization.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "tools", derive(clap::ValueEnum))]
 pub enum Quant {
     /// gate/up IQ2_XXS, down Q2_K (the q2 imatrix file users run; 6.75 MiB per Flash expert).
     #[default]

@@ -16,7 +16,6 @@ pub const FILL_KEY: &str = "ds4stream.gen.fill";
 
 /// A preset size.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "tools", derive(clap::ValueEnum))]
 pub enum Scale {
     /// A few MiB: 6 layers (3 hash), embedding 256, 16 experts, FF 256, vocab 512.
     #[default]
@@ -428,10 +427,10 @@ fn byte_char(b: u8) -> char {
     char::from_u32(0x100 + below).expect("U+0100..U+0143 are chars")
 }
 
-#[cfg(all(test, feature = "tools"))]
+#[cfg(test)]
 mod tests {
     use super::*;
-    use clap::ValueEnum;
+    use crate::choice::Choice;
 
     /// `gen-model --help` states each scale's layers and, for tiny and demo, its other sizes:
     /// the text is checked against the shape it describes (it said 4 layers when tiny had 6).
@@ -439,16 +438,14 @@ mod tests {
     fn scale_help_states_the_shape() {
         for scale in [Scale::Tiny, Scale::Demo] {
             let sh = Shape::for_scale(scale);
-            let v = scale.to_possible_value().unwrap();
-            let help = v.get_help().unwrap().to_string();
+            let help = scale.help().unwrap();
             let want = format!(
                 "{} layers ({} hash), embedding {}, {} experts, FF {}",
                 sh.n_layer, sh.n_hash_layer, sh.n_embd, sh.n_expert, sh.expert_ff
             );
             assert!(help.contains(&want), "{scale:?}: {help:?} lacks {want:?}");
         }
-        let tiny = Scale::Tiny.to_possible_value().unwrap();
-        let help = tiny.get_help().unwrap().to_string();
+        let help = Scale::Tiny.help().unwrap();
         assert!(
             help.ends_with(&format!("vocab {}", Shape::tiny().vocab)),
             "{help}"

@@ -62,7 +62,6 @@ pub enum Side {
 /// The platform the run is on: Windows ROCm has a driver reserve and a measured fragmentation
 /// cliff; Linux has neither measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[cfg_attr(feature = "tools", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Platform {
     Linux,

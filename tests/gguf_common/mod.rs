@@ -2,7 +2,7 @@
 //! written field by field), a small valid file, and the python oracle lookup.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Value type ids (GGUF spec / gguf-py `GGUFValueType`).
 pub const UINT8: u32 = 0;
@@ -173,12 +173,16 @@ pub fn oracle(args: &[&std::ffi::OsStr]) -> String {
     String::from_utf8(out.stdout).expect("oracle output is UTF-8")
 }
 
-/// Path of a script under tests/py.
+/// Path of a script under tests/py (of the repository: this module is also included by the
+/// tests of `tools/`, whose manifest directory is one below).
 pub fn py_script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("py")
-        .join(name)
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = if dir.join("tests/py").is_dir() {
+        dir
+    } else {
+        dir.parent().expect("tools/ has a parent")
+    };
+    root.join("tests").join("py").join(name)
 }
 
 /// Deterministic xorshift64* generator for the fuzz-like loops.

@@ -1,3 +1,0 @@
-fn main() -> std::process::ExitCode {
-    ds4_stream::cli::main()
-}

@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    ds4_tools::cli::main()
+}
