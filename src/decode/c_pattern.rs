@@ -363,7 +363,7 @@ impl ExpertProvider for CPatternExperts<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::BackendKind;
+    use crate::device::{BackendKind, DeviceError};
     use std::io::Write;
 
     #[test]
@@ -413,5 +413,44 @@ mod tests {
         assert!(e.to_string().contains("> buffer"), "{e}");
         // Still serving after the errors.
         loader.load(Vec::new()).unwrap();
+    }
+
+    #[test]
+    fn a_pinned_allocation_failure_is_a_runtime_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        let host = BackendKind::Host.open_default().unwrap();
+        // The third worker's staging buffer cannot be had.
+        let dev: Arc<dyn Device> =
+            Arc::new(crate::device::testing::CountingDevice::new(host).fail_pinned_after(2));
+        let e = match CPatternLoader::new(&path, dev, 5, 4096) {
+            Ok(_) => panic!("the loader started without its third staging buffer"),
+            Err(e) => e,
+        };
+        assert!(
+            matches!(
+                &e,
+                DecodeError::Load(LoadError::Device {
+                    source: DeviceError::OutOfMemory { .. },
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        assert!(!e.is_bad_input(), "{e}");
+        // A file that is not there: an OS error, also not bad input of the loader's own.
+        let e = match CPatternLoader::new(&dir.path().join("gone"), host_dev(), 1, 4096) {
+            Ok(_) => panic!("opened a missing file"),
+            Err(e) => e,
+        };
+        assert!(
+            matches!(&e, DecodeError::Load(LoadError::Io { .. })),
+            "{e:?}"
+        );
+    }
+
+    fn host_dev() -> Arc<dyn Device> {
+        BackendKind::Host.open_default().unwrap()
     }
 }
