@@ -15,7 +15,25 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// One slice of an expert: file offset, length, offset in the destination.
-pub(super) type SliceAt = (u64, usize, usize);
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct SliceAt {
+    pub offset: u64,
+    pub len: usize,
+    pub at: usize,
+}
+
+impl SliceAt {
+    /// The same slice landing `base` bytes further into the destination.
+    fn shifted(self, base: usize) -> Self {
+        Self {
+            at: base + self.at,
+            ..self
+        }
+    }
+    fn request(self, dst: &Arc<DeviceBuffer>) -> ReadRequest {
+        ReadRequest::new(self.offset, self.len, dst.clone(), self.at)
+    }
+}
 
 /// A device slot being filled. Reads from the file: gate and up in one ticket, down in a
 /// second one queued after every gate/up of the same request (`down_at`, for when queueing it
@@ -77,24 +95,10 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         let mut c_jobs = Vec::new();
         for &e in ids {
             let key = ExpertKey::new(layer as u16, e as u16);
-            let found = match self.cache.lookup(key) {
-                Err(CacheError::Full { .. }) if prefetch => break,
-                Err(CacheError::Full { .. }) => {
-                    let keep = out.clone();
-                    let others: Vec<SlotId> = self
-                        .pending
-                        .keys()
-                        .copied()
-                        .filter(|s| !keep.contains(s))
-                        .collect();
-                    for s in others {
-                        self.ready(s)?;
-                    }
-                    self.cache.lookup(key)
-                }
-                r => r,
+            let Some(found) = self.lookup(key, &out, prefetch)? else {
+                break;
             };
-            let slot = match found.map_err(LoadError::cache("expert cache"))? {
+            let slot = match found {
                 Lookup::Hit(s) | Lookup::Loading(s) => {
                     out.push(s);
                     continue;
@@ -102,102 +106,14 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
                 Lookup::Miss { slot, .. } => slot,
             };
             out.push(slot);
-            let mut at: [SliceAt; 3] = [(0, 0, 0); 3];
-            for (i, kind) in [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
-                .into_iter()
-                .enumerate()
-            {
-                match self.model.expert_slice(layer as u64, kind, e as u64) {
-                    Ok(sl) => at[i] = (sl.offset, sl.len as usize, self.parts[i].0),
-                    Err(err) => {
-                        let _ = self.cache.fill_failed(slot);
-                        return Err(
-                            LoadError::slice(format!("expert {e} of layer {layer}"))(err).into(),
-                        );
-                    }
-                }
-            }
+            let at = self.slices(key, slot)?;
             let base = slot as usize * self.expert_bytes;
             if self.c_pattern.is_some() && !prefetch {
-                c_jobs.push((slot, at.map(|(o, l, d)| (o, l, base + d))));
+                c_jobs.push((slot, at.map(|a| a.shifted(base))));
                 self.bytes_streamed += self.expert_bytes as u64;
-                continue;
+            } else if self.miss(key, slot, at)? {
+                missed.push(slot);
             }
-            // The RAM tier: a hit is a copy; a miss reads into a RAM slot (then a copy).
-            let mut via: Option<(SlotId, usize)> = None;
-            if let Some(ram) = self.ram.as_mut() {
-                match ram.cache.lookup(key) {
-                    Ok(Lookup::Hit(rs)) => {
-                        let ev = match ram.copy_out(&*self.dev, rs, &self.slab, base) {
-                            Ok(ev) => ev,
-                            Err(e) => {
-                                // Nothing will fill the device slot: free it.
-                                let _ = self.cache.fill_failed(slot);
-                                return Err(e);
-                            }
-                        };
-                        self.pending.insert(
-                            slot,
-                            Pending {
-                                gate_up: None,
-                                down: None,
-                                down_at: (0, 0, 0),
-                                dst: self.slab.clone(),
-                                ram: Some(rs),
-                                copy: Some(ev),
-                                key,
-                                since: Instant::now(),
-                            },
-                        );
-                        continue;
-                    }
-                    Ok(Lookup::Miss { slot: rs, .. }) => {
-                        if let Err(e) = ram.before_write(rs) {
-                            let _ = ram.cache.fill_failed(rs);
-                            let _ = self.cache.fill_failed(slot);
-                            return Err(e);
-                        }
-                        via = Some((rs, ram.at(rs)));
-                    }
-                    // Loading elsewhere cannot be (the device cache dedups first) and a full
-                    // RAM tier (every slot pinned): read straight to the device.
-                    Ok(Lookup::Loading(_)) | Err(_) => {}
-                }
-            }
-            let (dst, dbase) = match (via, self.ram.as_ref()) {
-                (Some((_, rbase)), Some(ram)) => (ram.slab.clone(), rbase),
-                _ => (self.slab.clone(), base),
-            };
-            let at = at.map(|(o, l, d)| (o, l, dbase + d));
-            let reqs = at[..2]
-                .iter()
-                .map(|&(o, l, d)| ReadRequest::new(o, l, dst.clone(), d))
-                .collect();
-            let gate_up = match self.engine.submit(reqs) {
-                Ok(t) => t,
-                Err(e) => {
-                    let _ = self.cache.fill_failed(slot);
-                    if let (Some((rs, _)), Some(ram)) = (via, self.ram.as_mut()) {
-                        let _ = ram.cache.fill_failed(rs);
-                    }
-                    return Err(read_err(key)(e));
-                }
-            };
-            self.bytes_streamed += self.expert_bytes as u64;
-            self.pending.insert(
-                slot,
-                Pending {
-                    gate_up: Some(gate_up),
-                    down: None,
-                    down_at: at[2],
-                    dst,
-                    ram: via.map(|v| v.0),
-                    copy: None,
-                    key,
-                    since: Instant::now(),
-                },
-            );
-            missed.push(slot);
         }
         // Every miss's gate and up are queued; now the downs (needed last by each expert).
         for s in missed {
@@ -209,6 +125,147 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         Ok(out)
     }
 
+    /// The device cache's answer for `key`. A full cache (every slot pinned or loading): a
+    /// prefetch stops (`None`); a demand waits for the reads in flight other than this
+    /// request's own (`keep`) and asks again.
+    fn lookup(
+        &mut self,
+        key: ExpertKey,
+        keep: &[SlotId],
+        prefetch: bool,
+    ) -> Result<Option<Lookup>, DecodeError> {
+        let found = match self.cache.lookup(key) {
+            Err(CacheError::Full { .. }) if prefetch => return Ok(None),
+            Err(CacheError::Full { .. }) => {
+                let others: Vec<SlotId> = self
+                    .pending
+                    .keys()
+                    .copied()
+                    .filter(|s| !keep.contains(s))
+                    .collect();
+                for s in others {
+                    self.ready(s)?;
+                }
+                self.cache.lookup(key)
+            }
+            r => r,
+        };
+        Ok(Some(found.map_err(LoadError::cache("expert cache"))?))
+    }
+
+    /// The gate, up and down slices of `key`, placed inside one slot; on a bad slice the slot
+    /// is given back (nothing will fill it).
+    fn slices(&mut self, key: ExpertKey, slot: SlotId) -> Result<[SliceAt; 3], DecodeError> {
+        let (layer, e) = (u64::from(key.layer), u64::from(key.expert));
+        let mut at = [SliceAt::default(); 3];
+        for (i, kind) in [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
+            .into_iter()
+            .enumerate()
+        {
+            match self.model.expert_slice(layer, kind, e) {
+                Ok(sl) => {
+                    at[i] = SliceAt {
+                        offset: sl.offset,
+                        len: sl.len as usize,
+                        at: self.parts[i].0,
+                    }
+                }
+                Err(err) => {
+                    let _ = self.cache.fill_failed(slot);
+                    return Err(
+                        LoadError::slice(format!("expert {e} of layer {layer}"))(err).into(),
+                    );
+                }
+            }
+        }
+        Ok(at)
+    }
+
+    /// A device-cache miss into `slot`: through the RAM tier (a RAM hit is a copy; a RAM miss
+    /// reads into a RAM slot, then copies), else read straight into the slot. Gate and up are
+    /// submitted now; true when the down read is still to queue.
+    fn miss(
+        &mut self,
+        key: ExpertKey,
+        slot: SlotId,
+        at: [SliceAt; 3],
+    ) -> Result<bool, DecodeError> {
+        let base = slot as usize * self.expert_bytes;
+        let mut via: Option<(SlotId, usize)> = None;
+        if let Some(ram) = self.ram.as_mut() {
+            match ram.cache.lookup(key) {
+                Ok(Lookup::Hit(rs)) => {
+                    let ev = match ram.copy_out(&*self.dev, rs, &self.slab, base) {
+                        Ok(ev) => ev,
+                        Err(e) => {
+                            // Nothing will fill the device slot: free it.
+                            let _ = self.cache.fill_failed(slot);
+                            return Err(e);
+                        }
+                    };
+                    self.pending.insert(
+                        slot,
+                        Pending {
+                            gate_up: None,
+                            down: None,
+                            down_at: SliceAt::default(),
+                            dst: self.slab.clone(),
+                            ram: Some(rs),
+                            copy: Some(ev),
+                            key,
+                            since: Instant::now(),
+                        },
+                    );
+                    return Ok(false);
+                }
+                Ok(Lookup::Miss { slot: rs, .. }) => {
+                    if let Err(e) = ram.before_write(rs) {
+                        let _ = ram.cache.fill_failed(rs);
+                        let _ = self.cache.fill_failed(slot);
+                        return Err(e);
+                    }
+                    via = Some((rs, ram.at(rs)));
+                }
+                // Loading elsewhere cannot be (the device cache dedups first) and a full
+                // RAM tier (every slot pinned): read straight to the device.
+                Ok(Lookup::Loading(_)) | Err(_) => {}
+            }
+        }
+        let (dst, dbase) = match (via, self.ram.as_ref()) {
+            (Some((_, rbase)), Some(ram)) => (ram.slab.clone(), rbase),
+            _ => (self.slab.clone(), base),
+        };
+        let at = at.map(|a| a.shifted(dbase));
+        let gate_up = match self
+            .engine
+            .submit(vec![at[0].request(&dst), at[1].request(&dst)])
+        {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = self.cache.fill_failed(slot);
+                if let (Some((rs, _)), Some(ram)) = (via, self.ram.as_mut()) {
+                    let _ = ram.cache.fill_failed(rs);
+                }
+                return Err(read_err(key)(e));
+            }
+        };
+        self.bytes_streamed += self.expert_bytes as u64;
+        self.pending.insert(
+            slot,
+            Pending {
+                gate_up: Some(gate_up),
+                down: None,
+                down_at: at[2],
+                dst,
+                ram: via.map(|v| v.0),
+                copy: None,
+                key,
+                since: Instant::now(),
+            },
+        );
+        Ok(true)
+    }
+
     /// The C engine's pattern: one job per slice on its 18 workers, and the layer waits for
     /// all of them before anything computes.
     fn c_load(&mut self, misses: Vec<(SlotId, [SliceAt; 3])>) -> Result<(), DecodeError> {
@@ -218,11 +275,11 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         let jobs = misses
             .iter()
             .flat_map(|(_, at)| at.iter())
-            .map(|&(offset, len, at)| Job {
-                offset,
-                len,
+            .map(|a| Job {
+                offset: a.offset,
+                len: a.len,
                 dst: self.slab.clone(),
-                at,
+                at: a.at,
             })
             .collect();
         let t0 = Instant::now();
@@ -275,9 +332,8 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             .get_mut(&slot)
             .filter(|p| p.gate_up.is_some() && p.down.is_none())
         {
-            let (o, l, d) = p.down_at;
             let t = engine
-                .submit(vec![ReadRequest::new(o, l, p.dst.clone(), d)])
+                .submit(vec![p.down_at.request(&p.dst)])
                 .map_err(read_err(p.key))?;
             p.down = Some(t);
         }

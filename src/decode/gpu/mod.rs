@@ -29,12 +29,12 @@
 //! ordering contract), not only for its own expert's.
 
 mod fetch;
+mod layer;
 mod ram_tier;
 
 use super::c_pattern::CPatternLoader;
 use super::experts::SpecLookups;
 use super::{DecodeError, FetchStats, MoeWeights, TokenTrace};
-use crate::compute::f16::f16_to_f32;
 use crate::decode::LoadError;
 use crate::device::{DeviceBuffer, DeviceError, GpuDevice, PinnedBuf};
 use crate::engine::{Engine, ReadRequest};
@@ -423,166 +423,26 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         t: u32,
         forced: Option<&[TokenTrace]>,
     ) -> Result<(Vec<f32>, Vec<TokenTrace>), DecodeError> {
-        let w = self.w;
-        let p = &w.params;
-        let (e, k) = (p.n_embd, p.n_used);
+        let p = &self.w.params;
         if u64::from(t) >= p.vocab {
             return Err(DecodeError::Token {
                 id: t.into(),
                 vocab: p.vocab,
             });
         }
-        // The embedding row (F16) to f32 on the host, uploaded into h.
-        let te = &w.token_embd;
-        let row = self
-            .engine
-            .read_bytes(te.offset + u64::from(t) * (e as u64 * 2), e * 2)
-            .map_err(|source| DecodeError::Read {
-                what: format!("{} row {t}", te.name),
-                source,
-            })?;
-        {
-            let dst = self.s.up_h.as_mut_slice().map_err(dev_err("pinned"))?;
-            for (i, c) in row.chunks_exact(2).enumerate() {
-                let v = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
-                dst[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        self.dev
-            .copy_h2d_async(&mut self.s.up_h, 0, &self.s.h, 0, e * 4)
-            .map_err(dev_err("upload h"))?;
-        self.s.up_h.wait().map_err(dev_err("upload h"))?;
-        // Hash layers: their experts are known from the token id; read them now.
+        self.upload_embedding(t)?;
         let n_full = self.full.as_ref().map_or(0, |f| f.1);
-        let prefetch_hash = self.c_pattern.is_none();
-        for (l, lw) in w.layers.iter().enumerate().skip(n_full) {
-            if !prefetch_hash {
-                break;
-            }
-            if let Some(tid) = &lw.tid2eid {
-                let ids = tid[t as usize * k..(t as usize + 1) * k].to_vec();
-                let before = self.pending.len();
-                self.request(l, &ids, true)?;
-                self.prefetched += (self.pending.len() - before) as u64;
-            }
+        // Hash layers: their experts are known from the token id; read them now (the C
+        // engine's pattern reads a layer's misses when it gets there).
+        if self.c_pattern.is_none() {
+            self.prefetch_hash_layers(t, n_full)?;
         }
-        let mut trace = Vec::with_capacity(w.layers.len());
-        let mut probs = vec![0u8; p.n_expert * 4];
-        for (l, lw) in w.layers.iter().enumerate() {
-            let gl = &self.layers[l];
-            let d = &self.dev;
-            d.rms_norm(&self.s.h, &gl.norm, &self.s.x, e, p.eps)
-                .map_err(dev_err("rms_norm"))?;
-            d.matvec(
-                GgmlType::F16,
-                &gl.router,
-                0,
-                &self.s.x,
-                &self.s.z,
-                p.n_expert,
-                e,
-            )
-            .map_err(dev_err("router"))?;
-            d.sqrt_softplus(&self.s.z, &self.s.p, p.n_expert)
-                .map_err(dev_err("sqrt_softplus"))?;
-            // The lookahead: the next router-routed layer's router on this layer's input.
-            let next = w
-                .layers
-                .get(l + 1)
-                .filter(|n| self.lookahead && n.tid2eid.is_none());
-            if next.is_some() {
-                let nl = &self.layers[l + 1];
-                d.rms_norm(&self.s.h, &nl.norm, &self.s.xn, e, p.eps)
-                    .map_err(dev_err("lookahead rms_norm"))?;
-                d.matvec(
-                    GgmlType::F16,
-                    &nl.router,
-                    0,
-                    &self.s.xn,
-                    &self.s.zn,
-                    p.n_expert,
-                    e,
-                )
-                .map_err(dev_err("lookahead router"))?;
-                d.sqrt_softplus(&self.s.zn, &self.s.pn, p.n_expert)
-                    .map_err(dev_err("lookahead sqrt_softplus"))?;
-            }
-            // Waits for every kernel so far: nothing reads a slot the reads below may reuse.
-            d.read_d2h(&self.s.p, 0, &mut probs)
-                .map_err(dev_err("read back router probabilities"))?;
-            let pr = f32s(&probs);
-            let guess = match next {
-                Some(n) => {
-                    d.read_d2h(&self.s.pn, 0, &mut probs)
-                        .map_err(dev_err("read back lookahead probabilities"))?;
-                    Some(super::stack::route(p, n, t, &f32s(&probs))?.0)
-                }
-                None => None,
-            };
-            let (ids, wts) = match forced {
-                Some(r) => (r[l].experts.clone(), r[l].weights.clone()),
-                None => super::stack::route(p, lw, t, &pr)?,
-            };
-            if let Some((gl, g)) = self.guess.take() {
-                if gl == l {
-                    self.spec[1] += ids.iter().filter(|e| g.contains(e)).count() as u64;
-                }
-            }
-            let clamp = p.clamp[l];
-            if let Some((full, _)) = self.full.as_ref().filter(|f| l < f.1) {
-                let x = p.n_expert;
-                for (j, &id) in ids.iter().enumerate() {
-                    let base = (l * x + id as usize) * self.expert_bytes;
-                    self.expert_at(full, base, &self.s.o[j], clamp)
-                        .map_err(dev_err("routed expert"))?;
-                }
-            }
-            let slots = if l < n_full {
-                Vec::new()
-            } else {
-                self.request(l, &ids, false)?
-            };
-            // The guesses' reads queue behind this layer's demand reads.
-            if let Some(g) = guess {
-                self.speculate(l + 1, &g)?;
-            }
-            // Hits first (their kernels run while the misses are read), then the misses.
-            for (j, &slot) in slots.iter().enumerate() {
-                if !self.is_pending(slot) {
-                    self.expert(slot, &self.s.o[j], clamp)
-                        .map_err(dev_err("routed expert"))?;
-                }
-            }
-            for (j, &slot) in slots.iter().enumerate() {
-                if self.is_pending(slot) {
-                    self.ready(slot)?;
-                    self.expert(slot, &self.s.o[j], clamp)
-                        .map_err(dev_err("routed expert"))?;
-                }
-            }
-            let s = &self.s;
-            self.dev.zero(&s.y, 0, e * 4).map_err(dev_err("zero y"))?;
-            for (j, &wj) in wts.iter().enumerate() {
-                self.dev
-                    .weighted_add(&s.y, &s.o[j], wj, e)
-                    .map_err(dev_err("weighted sum"))?;
-            }
-            if let Some([(gt, g, rows), (ut, u, _), (dt, dw, _)]) = &self.layers[l].shared {
-                let d = &self.dev;
-                d.matvec(*gt, g, 0, &s.x, &s.g, *rows, e)
-                    .map_err(dev_err("shared"))?;
-                d.matvec(*ut, u, 0, &s.x, &s.u, *rows, e)
-                    .map_err(dev_err("shared"))?;
-                d.swiglu_clamp(&s.g, &s.u, &s.a, *rows, clamp)
-                    .map_err(dev_err("shared"))?;
-                d.matvec(*dt, dw, 0, &s.a, &s.o[k], e, *rows)
-                    .map_err(dev_err("shared"))?;
-                d.weighted_add(&s.y, &s.o[k], 1.0, e)
-                    .map_err(dev_err("shared"))?;
-            }
-            self.dev
-                .weighted_add(&s.h, &s.y, 1.0, e)
-                .map_err(dev_err("residual"))?;
+        let mut trace = Vec::with_capacity(self.w.layers.len());
+        for l in 0..self.w.layers.len() {
+            let r = self.route_layer(l, t, forced)?;
+            let clamp = self.w.params.clamp[l];
+            self.routed_experts(l, n_full, &r, clamp)?;
+            self.combine(l, &r.weights, clamp)?;
             // Reads that landed (prefetches, guesses) become resident; then everything not
             // loading is evictable again.
             self.harvest();
@@ -592,11 +452,11 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             }
             trace.push(TokenTrace {
                 layer: l,
-                experts: ids,
-                weights: wts,
+                experts: r.ids,
+                weights: r.weights,
             });
         }
-        let mut hb = vec![0u8; e * 4];
+        let mut hb = vec![0u8; self.w.params.n_embd * 4];
         self.dev
             .read_d2h(&self.s.h, 0, &mut hb)
             .map_err(dev_err("read back h"))?;
