@@ -12,7 +12,8 @@ set -u
 D=.dev/device; O=.dev/old; OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 [ -f /tmp/shim/libamdhip64.so.5 ] || bash tests/hip_shim/build.sh /tmp/shim $D/*-hip $D/ds4-hip $O/ds4-hip 2>&1 | tail -3
-mkdir -p target/release
+# decode_gpu spawns ds4 from its build path (CARGO_BIN_EXE_ds4): the target dirs they were built in.
+mkdir -p /work/tgt-cuda/release /work/tgt-hip/release
 t() { local n=$1; shift; echo "=== $n"; local s=$SECONDS
   "$@" > "$OUT/$n.log" 2>&1; echo "rc $?"
   grep -E "^test |test result|within|digest|L2|panicked|error|Error" "$OUT/$n.log" | grep -v "\.\.\. ok$" | head -40
@@ -20,13 +21,13 @@ t() { local n=$1; shift; echo "=== $n"; local s=$SECONDS
 
 if [ "${1:-tests}" = tests ]; then
   export DS4_GPU_TESTS=cuda
-  cp $D/ds4 target/release/ds4
+  cp $D/ds4 /work/tgt-cuda/release/ds4
   t kernels_gpu $D/kernels_gpu --nocapture
   t decode_gpu $D/decode_gpu --nocapture --test-threads=1
   t device_backends $D/device_backends
   t engine_device $D/engine_device
   export DS4_GPU_TESTS=hip LD_LIBRARY_PATH=/tmp/shim
-  cp $D/ds4-hip target/release/ds4
+  cp $D/ds4-hip /work/tgt-hip/release/ds4
   t kernels_gpu-hip $D/kernels_gpu-hip --nocapture
   t decode_gpu-hip $D/decode_gpu-hip --nocapture --test-threads=1
   t device_backends-hip $D/device_backends-hip
