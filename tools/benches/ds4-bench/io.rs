@@ -77,28 +77,8 @@ pub fn run(mut args: IoArgs) -> Result<(), BenchError> {
         total: 0,
         started: std::time::Instant::now(),
     };
-    ctx.log(&format!(
-        "ds4-bench io: {} ({}), {} per run, dest {}, reps {}, machine {}, fio: {}",
-        file.path.display(),
-        human_bytes(file.len),
-        human_bytes(total),
-        human_bytes(dest_len),
-        args.reps,
-        ctx.machine,
-        fio_version
-            .as_deref()
-            .unwrap_or(if args.cases.contains(&CaseArg::Fio) {
-                "not on PATH (skipped)"
-            } else {
-                "not selected"
-            }),
-    ));
-    let mut workers: Vec<usize> = Vec::new();
-    for w in args.workers.iter().map(|&w| w as usize) {
-        if !workers.contains(&w) {
-            workers.push(w);
-        }
-    }
+    log_start(&ctx, total, dest_len, fio_version.as_deref());
+    let workers = unique_workers(&args);
     let blocks = io_cases::blocks(&args, &plans, &modes, &workers, fio_version.is_some());
     // "N of M" and time left over every run of every block (a quick look can take minutes).
     ctx.total = blocks.iter().map(|b| b.cases.len()).sum::<usize>() * args.reps as usize;
@@ -118,6 +98,36 @@ pub fn run(mut args: IoArgs) -> Result<(), BenchError> {
         human_bytes(total)
     );
     write_outputs(&args, outs, &rows, &title)
+}
+
+/// The benchmark's first line: file, sizes, reps, machine, fio.
+fn log_start(ctx: &Ctx<'_>, total: u64, dest_len: u64, fio_version: Option<&str>) {
+    let (args, file) = (ctx.args, ctx.file);
+    ctx.log(&format!(
+        "ds4-bench io: {} ({}), {} per run, dest {}, reps {}, machine {}, fio: {}",
+        file.path.display(),
+        human_bytes(file.len),
+        human_bytes(total),
+        human_bytes(dest_len),
+        args.reps,
+        ctx.machine,
+        fio_version.unwrap_or(if args.cases.contains(&CaseArg::Fio) {
+            "not on PATH (skipped)"
+        } else {
+            "not selected"
+        }),
+    ));
+}
+
+/// `--workers`, each value once, in the order given.
+fn unique_workers(args: &IoArgs) -> Vec<usize> {
+    let mut workers: Vec<usize> = Vec::new();
+    for w in args.workers.iter().map(|&w| w as usize) {
+        if !workers.contains(&w) {
+            workers.push(w);
+        }
+    }
+    workers
 }
 
 /// The test file (when `--file` names one), its length and the bytes read per run.

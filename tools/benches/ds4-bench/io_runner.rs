@@ -176,16 +176,7 @@ impl Ctx<'_> {
                 chunk,
                 aio,
             } => {
-                let job = FioJob {
-                    pattern: plan.pattern,
-                    workers,
-                    aio_depth: aio,
-                    chunk,
-                    total: plan.bytes,
-                    file_len: self.file.len,
-                    cold: mode == Mode::Cold,
-                    runtime_ms: (self.args.fio_secs * 1000.0) as u64,
-                };
+                let job = self.fio_job(plan, mode, workers, chunk, aio);
                 return self.fio_once(&job, plan, mode, method, m);
             }
             Case::Engine {
@@ -243,6 +234,27 @@ impl Ctx<'_> {
             }
         };
         self.record(plan, case, out, method, m)
+    }
+
+    /// The fio job of one fio case on `plan`.
+    fn fio_job(
+        &self,
+        plan: &Plan,
+        mode: Mode,
+        workers: usize,
+        chunk: u64,
+        aio: Option<usize>,
+    ) -> FioJob {
+        FioJob {
+            pattern: plan.pattern,
+            workers,
+            aio_depth: aio,
+            chunk,
+            total: plan.bytes,
+            file_len: self.file.len,
+            cold: mode == Mode::Cold,
+            runtime_ms: (self.args.fio_secs * 1000.0) as u64,
+        }
     }
 
     /// fio's part of [`Self::run_once`]: its bandwidth as the time our plan's bytes would

@@ -280,6 +280,26 @@ pub(crate) struct Starter {
 }
 
 impl Starter {
+    /// A starter of engines on `base` (through fault injection) into `device`.
+    fn new(
+        cfg: &StressConfig,
+        base: Arc<dyn Source>,
+        device: &Arc<dyn Device>,
+        log: &Arc<EioLog>,
+    ) -> Self {
+        Starter {
+            base,
+            device: Arc::clone(device),
+            cfg: cfg.engine.clone(),
+            faults: cfg.faults.clone(),
+            seed: cfg.seed,
+            log: Arc::clone(log),
+            next_id: AtomicU32::new(0),
+            sources: Mutex::default(),
+            rng: Mutex::new(client::Rng::new(cfg.seed ^ 0x0123_4567)),
+        }
+    }
+
     /// Starts an engine; an injected open failure fails the start (counted) and the next try
     /// gets no open failure. Returns the engine and its source id.
     pub(crate) fn start(&self, tally: &Tally) -> Result<(Engine, u32), EngineError> {
@@ -374,17 +394,7 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
     // unless it is kept.
     let OpenedSource { temp, base, expect } = open_source(cfg)?;
     let (device, pinned) = open_device(cfg)?;
-    let starter = Arc::new(Starter {
-        base,
-        device: Arc::clone(&device),
-        cfg: cfg.engine.clone(),
-        faults: cfg.faults.clone(),
-        seed: cfg.seed,
-        log: Arc::clone(&log),
-        next_id: AtomicU32::new(0),
-        sources: Mutex::default(),
-        rng: Mutex::new(client::Rng::new(cfg.seed ^ 0x0123_4567)),
-    });
+    let starter = Arc::new(Starter::new(cfg, base, &device, &log));
     let (engine, source_id) = starter.start(&tally).map_err(StressError::Engine)?;
     let engine = Arc::new(engine);
     let work = Arc::new(Work::new(cfg.duration, cfg.ops));

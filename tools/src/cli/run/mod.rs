@@ -509,13 +509,7 @@ pub fn run(a: Args) -> CliResult {
     let trace_out = output(&a.record_trace, "--record-trace")?;
     let path = a.model.path()?;
     let (file, model) = Ds4Model::open(&path).map_err(|e| CliError::bad_input(chain(&e)))?;
-    let (ids, replay) = match &a.routing_trace {
-        Some(f) => {
-            let (ids, r) = read_routing(f, &model)?;
-            (ids, Some(r))
-        }
-        None => (tokens(&a, model.shape.vocab)?, None),
-    };
+    let (ids, replay) = token_ids(&a, &model)?;
     let chunk = read_chunk(&a.read_chunk)?;
     let cfg = engine_config(&a, chunk)?;
     let (device, gpu) = gpu::open_device(a.backend)?;
@@ -556,13 +550,7 @@ pub fn run(a: Args) -> CliResult {
         ram: ram.as_ref().map(|r| r.0),
         preload: &preload,
     };
-    let (mut runner, preloaded) = match gpu {
-        Some(g) => {
-            let (r, n) = gpu::build(g, &b).map_err(bad)?;
-            (Runner::Gpu(r), n)
-        }
-        None => host_runner(&b).map_err(bad)?,
-    };
+    let (mut runner, preloaded) = build_runner(gpu, &b).map_err(bad)?;
     let load_secs = t_load.elapsed().as_secs_f64();
     let free_after_load = free_memory(engine.device().as_ref());
     let t0 = Instant::now();
@@ -642,6 +630,35 @@ fn cache_policy(a: &Args, host: bool) -> Result<PolicyKind, CliError> {
         ));
     }
     Ok(policy)
+}
+
+/// Each token's routing, one trace per layer (`--routing-trace`).
+type Routing = Vec<Vec<TokenTrace>>;
+
+/// The token ids to run and, with `--routing-trace`, the routing each token is forced to.
+fn token_ids(a: &Args, model: &Ds4Model) -> Result<(Vec<u32>, Option<Routing>), CliError> {
+    Ok(match &a.routing_trace {
+        Some(f) => {
+            let (ids, r) = read_routing(f, model)?;
+            (ids, Some(r))
+        }
+        None => (tokens(a, model.shape.vocab)?, None),
+    })
+}
+
+/// The stack on `gpu` when one opened, else on the host; returns it and how many experts
+/// were preloaded.
+fn build_runner<'a>(
+    gpu: Option<gpu::GpuHandle>,
+    b: &gpu::Build<'a, '_>,
+) -> Result<(Runner<'a>, usize), ds4_stream::decode::DecodeError> {
+    match gpu {
+        Some(g) => {
+            let (r, n) = gpu::build(g, b)?;
+            Ok((Runner::Gpu(r), n))
+        }
+        None => host_runner(b),
+    }
 }
 
 /// The stack on the host with its expert provider (the C engine's pattern, the streamed cache,
