@@ -557,12 +557,7 @@ pub fn run(a: Args) -> CliResult {
     let decoded = decode_all(&a, &mut runner, &ids, replay.as_deref()).map_err(bad)?;
     let secs = t0.elapsed().as_secs_f64();
     let digest = digest_hex(decoded.hidden.iter().map(|h| h.as_slice()));
-    if let Some(o) = dump_out {
-        o.commit(&dump_bytes(&decoded.hidden))?;
-    }
-    if let Some(o) = trace_out {
-        o.commit(trace_text(&ids, &decoded.traces).as_bytes())?;
-    }
+    commit_outputs(dump_out, trace_out, &ids, &decoded)?;
     let st = runner.stats();
     let mem = device_memory(
         plan.as_ref(),
@@ -687,6 +682,22 @@ fn host_runner<'a>(
         };
     let stack = MoeStack::new(b.weights, engine).with_lookahead(a.ssd_streaming_lookahead);
     Ok((Runner::Host(stack, provider), preloaded))
+}
+
+/// Writes `--dump-hidden` and `--record-trace` (created at the start) where asked.
+fn commit_outputs(
+    dump_out: Option<Output>,
+    trace_out: Option<Output>,
+    ids: &[u32],
+    decoded: &Decoded,
+) -> CliResult {
+    if let Some(o) = dump_out {
+        o.commit(&dump_bytes(&decoded.hidden))?;
+    }
+    if let Some(o) = trace_out {
+        o.commit(trace_text(ids, &decoded.traces).as_bytes())?;
+    }
+    Ok(())
 }
 
 /// The decoded tokens' hidden states and, with `--record-trace`, their routing.
