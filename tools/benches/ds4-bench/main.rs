@@ -21,6 +21,8 @@ mod engine_case;
 mod file;
 mod fio;
 mod io;
+mod io_cases;
+mod io_runner;
 mod plan;
 mod plot;
 mod replay;

@@ -194,6 +194,62 @@ pub fn run(a: Args) -> CliResult {
         Some(m) => model_path(false, m)?,
         None => model_path(true, std::path::Path::new(""))?,
     };
+    let (model, generator) = open_model(path, a.no_verify)?;
+    // A closed stdout (`ds4 demo | head -3`) is success: stop there, as `head` asked.
+    if !a.json && !super::out(&format!("{}\n", model.summary_text()))? {
+        return Ok(());
+    }
+    let device = open_device(&a)?;
+    let cfg = EngineConfig {
+        workers: a.workers,
+        ..EngineConfig::default()
+    };
+    let engine =
+        Engine::open(path, Arc::clone(&device), cfg).map_err(|e| CliError::runtime(chain(&e)))?;
+    let layer_bytes = layer_batch_bytes(&model, path)?;
+    let dst = Arc::new(
+        device
+            .alloc(layer_bytes)
+            .map_err(|e| CliError::runtime(chain(&e)))?,
+    );
+    let mut s = Streaming {
+        model: &model,
+        device: device.as_ref(),
+        engine: &engine,
+        dst: &dst,
+        verify: generator.as_ref(),
+        check: Vec::new(),
+        want: Vec::new(),
+        tally: Tally::default(),
+    };
+    for t in 0..a.tokens {
+        for l in 0..model.layers.len() as u64 {
+            s.stream_layer(a.seed, t, l)?;
+        }
+    }
+    let tally = s.tally;
+    let stats = engine.stats();
+    drop(engine);
+    let result = DemoResult {
+        path,
+        model: &model,
+        device: device.as_ref(),
+        verified_run: generator.is_some(),
+        tally,
+        stats,
+    };
+    result.print(&a)
+}
+
+/// The generator that wrote a demo file and the fill plan it was written with.
+type Verifier = (Generator, FillPlan);
+
+/// Opens `path` as a DS4 model and, unless `no_verify`, the generator its bytes are checked
+/// against.
+fn open_model(
+    path: &std::path::Path,
+    no_verify: bool,
+) -> Result<(Ds4Model, Option<Verifier>), CliError> {
     // Malformed, unopenable or not DS4: 2; an IO error while reading the header: 1.
     let (file, model) = Ds4Model::open(path).map_err(|e| match e.is_bad_input() {
         true => CliError::bad_input(chain(&e)),
@@ -206,48 +262,39 @@ pub fn run(a: Args) -> CliResult {
             path.display()
         ))
     });
-    let generator = match (generator, a.no_verify) {
+    let generator = match (generator, no_verify) {
         (_, true) => None,
         (Ok(g), false) => Some(g),
         (Err(e), false) => return Err(e),
     };
-    // A closed stdout (`ds4 demo | head -3`) is success: stop there, as `head` asked.
-    if !a.json && !super::out(&format!("{}\n", model.summary_text()))? {
-        return Ok(());
-    }
+    Ok((model, generator))
+}
 
-    // A GPU: unified when it is integrated or --unified forces it. The host backend (asked for,
-    // or `auto`'s fallback): a discrete-GPU emulation unless --unified, so every byte goes
-    // through the pinned staging ring and the copy thread.
+/// A GPU: unified when it is integrated or --unified forces it. The host backend (asked for,
+/// or `auto`'s fallback): a discrete-GPU emulation unless --unified, so every byte goes
+/// through the pinned staging ring and the copy thread.
+fn open_device(a: &Args) -> Result<Arc<dyn Device>, CliError> {
     let unified = a.unified.then_some(true);
-    let device: Arc<dyn Device> = a
-        .backend
+    a.backend
         .open(OpenOptions {
             ordinal: 0,
             unified,
             host_unified: Some(a.unified),
         })
-        .map_err(|e| CliError::runtime(super::chain(&e)))?;
-    let cfg = EngineConfig {
-        workers: a.workers,
-        ..EngineConfig::default()
-    };
-    let engine =
-        Engine::open(path, Arc::clone(&device), cfg).map_err(|e| CliError::runtime(chain(&e)))?;
+        .map_err(|e| CliError::runtime(super::chain(&e)))
+}
 
-    let layers = model.layers.len() as u64;
-    let n_expert = model.shape.n_expert;
+/// One layer's worth of expert slots on the device: `used` experts x 3 tensors, sized for the
+/// largest layer (routed types may differ between layers), at most [`MAX_LAYER_BATCH`].
+fn layer_batch_bytes(model: &Ds4Model, path: &std::path::Path) -> Result<usize, CliError> {
     let used = model.shape.n_expert_used;
-    let kinds = [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down];
-    // One layer's worth of expert slots on the device: `used` experts x 3 tensors, sized for the
-    // largest layer (routed types may differ between layers).
     let max_expert = model
         .layers
         .iter()
         .map(|l| l.expert_bytes())
         .max()
         .unwrap_or(0);
-    let layer_bytes = max_expert
+    max_expert
         .checked_mul(used)
         .filter(|&b| b <= MAX_LAYER_BATCH)
         .and_then(|b| usize::try_from(b).ok())
@@ -257,104 +304,157 @@ pub fn run(a: Args) -> CliResult {
                  {MAX_LAYER_BATCH} bytes per layer",
                 path.display()
             ))
-        })?;
-    let dst = Arc::new(
-        device
-            .alloc(layer_bytes)
-            .map_err(|e| CliError::runtime(chain(&e)))?,
-    );
-    let mut check = vec![0u8; 0];
-    let verify = generator.as_ref();
-    let mut want = vec![0u8; 0];
+        })
+}
 
-    let mut io_time = Duration::ZERO;
-    let mut fetch_us: Vec<u64> = Vec::new();
-    let mut streamed = 0u64;
-    let mut verified = 0u64;
-    for t in 0..a.tokens {
-        for l in 0..layers {
-            let layer = model.layer(l).map_err(|e| CliError::runtime(chain(&e)))?;
-            let experts = route(a.seed, t, l, n_expert, used);
-            let mut reqs = Vec::with_capacity(experts.len() * 3);
-            let mut placed = Vec::with_capacity(experts.len() * 3);
-            let mut at = 0usize;
-            for &e in &experts {
-                for kind in kinds {
-                    let s = layer
-                        .routed(kind)
-                        .slice(e)
-                        .map_err(|e| CliError::runtime(chain(&e)))?;
-                    let name = kind.tensor_name(l as u32);
-                    reqs.push(
-                        ReadRequest::new(s.offset, s.len as usize, Arc::clone(&dst), at)
-                            .with_label(format!("{name} expert {e}")),
-                    );
-                    placed.push((name, e, s.len, at));
-                    at += s.len as usize;
-                }
-            }
-            let start = Instant::now();
-            engine
-                .submit(reqs)
-                .and_then(|tk| tk.wait())
-                .map_err(|e| CliError::runtime(chain(&e)))?;
-            let took = start.elapsed();
-            io_time += took;
-            fetch_us.push(took.as_micros() as u64);
-            streamed += at as u64;
-            if let Some((generator, plan)) = verify {
-                for (name, e, len, at) in placed {
-                    let len = len as usize;
-                    check.resize(len, 0);
-                    want.resize(len, 0);
-                    device
-                        .read_d2h(&dst, at, &mut check)
-                        .map_err(|e| CliError::runtime(chain(&e)))?;
-                    // What the file holds: generator bytes, or zeros where it has holes.
-                    plan.file_bytes(generator, &name, e * len as u64, &mut want)
-                        .map_err(|e| CliError::runtime(chain(&e)))?;
-                    if check != want {
-                        let i = check.iter().zip(&want).position(|(x, y)| x != y);
-                        return Err(CliError::runtime(format!(
-                            "{name} expert {e}: streamed bytes differ from the generator at \
-                             byte {}",
-                            i.unwrap_or(0)
-                        )));
-                    }
-                    verified += len as u64;
-                }
+/// What the run streamed: IO time, one fetch latency per layer and token, bytes.
+#[derive(Default)]
+struct Tally {
+    io_time: Duration,
+    fetch_us: Vec<u64>,
+    streamed: u64,
+    verified: u64,
+}
+
+/// One expert slice placed in the layer buffer.
+struct Placed {
+    name: String,
+    expert: u64,
+    len: u64,
+    at: usize,
+}
+
+/// The streaming loop's state: the engine, the device buffer and the verify scratch.
+struct Streaming<'a> {
+    model: &'a Ds4Model,
+    device: &'a dyn Device,
+    engine: &'a Engine,
+    dst: &'a Arc<ds4_stream::device::DeviceBuffer>,
+    verify: Option<&'a Verifier>,
+    check: Vec<u8>,
+    want: Vec<u8>,
+    tally: Tally,
+}
+
+impl Streaming<'_> {
+    /// Streams layer `l`'s routed experts for token `t` in one batch, then verifies them.
+    fn stream_layer(&mut self, seed: u64, t: u64, l: u64) -> CliResult {
+        let model = self.model;
+        let layer = model.layer(l).map_err(|e| CliError::runtime(chain(&e)))?;
+        let experts = route(seed, t, l, model.shape.n_expert, model.shape.n_expert_used);
+        let mut reqs = Vec::with_capacity(experts.len() * 3);
+        let mut placed = Vec::with_capacity(experts.len() * 3);
+        let mut at = 0usize;
+        for &e in &experts {
+            for kind in [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down] {
+                let s = layer
+                    .routed(kind)
+                    .slice(e)
+                    .map_err(|e| CliError::runtime(chain(&e)))?;
+                let name = kind.tensor_name(l as u32);
+                reqs.push(
+                    ReadRequest::new(s.offset, s.len as usize, Arc::clone(self.dst), at)
+                        .with_label(format!("{name} expert {e}")),
+                );
+                placed.push(Placed {
+                    name,
+                    expert: e,
+                    len: s.len,
+                    at,
+                });
+                at += s.len as usize;
             }
         }
+        let start = Instant::now();
+        self.engine
+            .submit(reqs)
+            .and_then(|tk| tk.wait())
+            .map_err(|e| CliError::runtime(chain(&e)))?;
+        let took = start.elapsed();
+        self.tally.io_time += took;
+        self.tally.fetch_us.push(took.as_micros() as u64);
+        self.tally.streamed += at as u64;
+        if let Some(verify) = self.verify {
+            self.verify_layer(verify, placed)?;
+        }
+        Ok(())
     }
-    let stats = engine.stats();
-    drop(engine);
-    fetch_us.sort_unstable();
-    let pct = |p: f64| -> u64 {
-        if fetch_us.is_empty() {
-            return 0;
+
+    /// Reads each placed slice back from the device and checks it against what the file holds.
+    fn verify_layer(&mut self, (generator, plan): &Verifier, placed: Vec<Placed>) -> CliResult {
+        for p in placed {
+            let len = p.len as usize;
+            self.check.resize(len, 0);
+            self.want.resize(len, 0);
+            self.device
+                .read_d2h(self.dst, p.at, &mut self.check)
+                .map_err(|e| CliError::runtime(chain(&e)))?;
+            // What the file holds: generator bytes, or zeros where it has holes.
+            plan.file_bytes(generator, &p.name, p.expert * len as u64, &mut self.want)
+                .map_err(|e| CliError::runtime(chain(&e)))?;
+            if self.check != self.want {
+                let i = self.check.iter().zip(&self.want).position(|(x, y)| x != y);
+                return Err(CliError::runtime(format!(
+                    "{} expert {}: streamed bytes differ from the generator at byte {}",
+                    p.name,
+                    p.expert,
+                    i.unwrap_or(0)
+                )));
+            }
+            self.tally.verified += len as u64;
         }
-        fetch_us[((fetch_us.len() - 1) as f64 * p).round() as usize]
-    };
-    let secs = io_time.as_secs_f64().max(1e-9);
-    let gbps = streamed as f64 / secs / 1e9;
-    let mib_per_token = streamed as f64 / a.tokens.max(1) as f64 / (1 << 20) as f64;
-    if a.json {
-        let v = serde_json::json!({
-            "model": path.display().to_string(),
-            "device": device.name(),
-            "tokens": a.tokens,
-            "layers": layers,
-            "experts_per_layer": used,
-            "bytes_streamed": streamed,
-            "bytes_verified": verified,
-            "io_seconds": secs,
-            "gb_per_s": gbps,
-            "mib_per_token": mib_per_token,
-            "layer_fetch_us": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)},
-            "engine": stats,
-        });
-        super::out(&format!("{v}\n"))?;
-    } else {
+        Ok(())
+    }
+}
+
+/// The run's outcome, printed as text or JSON.
+struct DemoResult<'a> {
+    path: &'a std::path::Path,
+    model: &'a Ds4Model,
+    device: &'a dyn Device,
+    verified_run: bool,
+    tally: Tally,
+    stats: ds4_stream::engine::StatsSnapshot,
+}
+
+impl DemoResult<'_> {
+    fn print(mut self, a: &Args) -> CliResult {
+        let layers = self.model.layers.len() as u64;
+        let used = self.model.shape.n_expert_used;
+        let fetch_us = &mut self.tally.fetch_us;
+        fetch_us.sort_unstable();
+        let fetch_us = &*fetch_us;
+        let pct = |p: f64| -> u64 {
+            if fetch_us.is_empty() {
+                return 0;
+            }
+            fetch_us[((fetch_us.len() - 1) as f64 * p).round() as usize]
+        };
+        let streamed = self.tally.streamed;
+        let verified = self.tally.verified;
+        let stats = &self.stats;
+        let device = self.device;
+        let secs = self.tally.io_time.as_secs_f64().max(1e-9);
+        let gbps = streamed as f64 / secs / 1e9;
+        let mib_per_token = streamed as f64 / a.tokens.max(1) as f64 / (1 << 20) as f64;
+        if a.json {
+            let v = serde_json::json!({
+                "model": self.path.display().to_string(),
+                "device": device.name(),
+                "tokens": a.tokens,
+                "layers": layers,
+                "experts_per_layer": used,
+                "bytes_streamed": streamed,
+                "bytes_verified": verified,
+                "io_seconds": secs,
+                "gb_per_s": gbps,
+                "mib_per_token": mib_per_token,
+                "layer_fetch_us": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)},
+                "engine": stats,
+            });
+            super::out(&format!("{v}\n"))?;
+            return Ok(());
+        }
         let mut t = String::new();
         let _ = writeln!(
             t,
@@ -373,7 +473,7 @@ pub fn run(a: Args) -> CliResult {
             pct(1.0),
             stats.stall_total_us
         );
-        if verify.is_none() {
+        if !self.verified_run {
             t.push_str("bytes not verified (--no-verify)\n");
         } else {
             let _ = writeln!(
@@ -394,8 +494,8 @@ pub fn run(a: Args) -> CliResult {
             device.name()
         );
         super::out(&t)?;
+        Ok(())
     }
-    Ok(())
 }
 
 /// Where `--demo` keeps its model: the user's cache directory.

@@ -280,6 +280,26 @@ pub(crate) struct Starter {
 }
 
 impl Starter {
+    /// A starter of engines on `base` (through fault injection) into `device`.
+    fn new(
+        cfg: &StressConfig,
+        base: Arc<dyn Source>,
+        device: &Arc<dyn Device>,
+        log: &Arc<EioLog>,
+    ) -> Self {
+        Starter {
+            base,
+            device: Arc::clone(device),
+            cfg: cfg.engine.clone(),
+            faults: cfg.faults.clone(),
+            seed: cfg.seed,
+            log: Arc::clone(log),
+            next_id: AtomicU32::new(0),
+            sources: Mutex::default(),
+            rng: Mutex::new(client::Rng::new(cfg.seed ^ 0x0123_4567)),
+        }
+    }
+
     /// Starts an engine; an injected open failure fails the start (counted) and the next try
     /// gets no open failure. Returns the engine and its source id.
     pub(crate) fn start(&self, tally: &Tally) -> Result<(Engine, u32), EngineError> {
@@ -372,70 +392,9 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
 
     // Removes the stress file when the run ends (also on early returns and on SIGINT/SIGTERM)
     // unless it is kept.
-    let mut temp: Option<crate::cli::files::Temp> = None;
-    let (base, expect): (Arc<dyn Source>, Expect) = match &cfg.file {
-        FileKind::Virtual => (
-            Arc::new(PatternSource::new(cfg.file_len, FILE_SEED)),
-            Expect::Pattern {
-                seed: FILE_SEED,
-                len: cfg.file_len,
-            },
-        ),
-        FileKind::Sparse { path, keep } => {
-            let path = path.clone().unwrap_or_else(|| {
-                let nanos = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos());
-                let dir = std::env::temp_dir();
-                // Files of earlier runs that were killed (their PID is gone).
-                crate::cli::files::sweep_stale(&dir, |n| {
-                    crate::cli::files::pid_after(n, "ds4-stress-", Some('-'))
-                        .filter(|_| n.ends_with(".bin"))
-                });
-                dir.join(format!("ds4-stress-{}-{nanos}.bin", std::process::id()))
-            });
-            if !keep {
-                temp = Some(crate::cli::files::Temp::register(path.clone()));
-            }
-            let err = |source| StressError::File {
-                path: path.clone(),
-                source,
-            };
-            let regions = content::sparse_regions(cfg.file_len);
-            let p = ds4_io::pattern::write_file(&path, cfg.file_len, &regions).map_err(err)?;
-            let src = FileSource::open(
-                &path,
-                OpenConfig {
-                    direct: cfg.engine.direct,
-                    drop_cache: false,
-                    use_cache: !cfg.engine.cold,
-                },
-            )
-            .map_err(err)?;
-            (src, Expect::Sparse(p))
-        }
-    };
-
-    let host = HostDevice::new(HostConfig {
-        host_visible: cfg.unified,
-        copy_delay: cfg.faults.slow_copy,
-        gate: None,
-    })
-    .map_err(StressError::Device)?;
-    let counting = CountingDevice::new(Arc::new(host));
-    let pinned = counting.counter();
-    let device: Arc<dyn Device> = Arc::new(counting);
-    let starter = Arc::new(Starter {
-        base,
-        device: Arc::clone(&device),
-        cfg: cfg.engine.clone(),
-        faults: cfg.faults.clone(),
-        seed: cfg.seed,
-        log: Arc::clone(&log),
-        next_id: AtomicU32::new(0),
-        sources: Mutex::default(),
-        rng: Mutex::new(client::Rng::new(cfg.seed ^ 0x0123_4567)),
-    });
+    let OpenedSource { temp, base, expect } = open_source(cfg)?;
+    let (device, pinned) = open_device(cfg)?;
+    let starter = Arc::new(Starter::new(cfg, base, &device, &log));
     let (engine, source_id) = starter.start(&tally).map_err(StressError::Engine)?;
     let engine = Arc::new(engine);
     let work = Arc::new(Work::new(cfg.duration, cfg.ops));
@@ -465,91 +424,17 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
     let task_ctx = ctx(true);
 
     let lost_tickets = Arc::new(Mutex::new(Vec::new()));
-    let mut handles = Vec::new();
-    for i in 0..cfg.threads {
-        let (c, l) = (Arc::clone(&thread_ctx), Arc::clone(&lost_tickets));
-        let seed = cfg.seed ^ (0x1000 + i as u64).wrapping_mul(0x9e37_79b9);
-        let h = std::thread::Builder::new()
-            .name(format!("stress-client-{i}"))
-            .spawn(move || client::thread_client(c, seed, l))
-            .map_err(StressError::Runtime)?;
-        handles.push(h);
-    }
-    let storm = match cfg.storm_every {
-        Some(every) => {
-            let s = storm::Storm {
-                starter: Arc::clone(&starter),
-                ctx: Arc::clone(&thread_ctx),
-                every,
-                requests: cfg.storm_requests,
-                seed: cfg.seed ^ 0x5707,
-            };
-            Some(
-                std::thread::Builder::new()
-                    .name("stress-storm".into())
-                    .spawn(move || s.run())
-                    .map_err(StressError::Runtime)?,
-            )
-        }
-        None => None,
-    };
+    let handles = spawn_clients(cfg, &thread_ctx, &lost_tickets)?;
+    let storm = spawn_storm(cfg, &starter, &thread_ctx)?;
     let progress = cfg.progress.then(|| {
         let (t, w) = (Arc::clone(&tally), Arc::clone(&work));
         std::thread::spawn(move || progress_loop(&t, &w, t_start))
     });
     if cfg.tasks > 0 {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("stress-task")
-            .enable_time()
-            .build()
-            .map_err(StressError::Runtime)?;
-        rt.block_on(async {
-            let tasks: Vec<_> = (0..cfg.tasks)
-                .map(|i| {
-                    let seed = cfg.seed ^ (0x2000 + i as u64).wrapping_mul(0x9e37_79b9);
-                    tokio::spawn(client::task_client(Arc::clone(&task_ctx), seed))
-                })
-                .collect();
-            for t in tasks {
-                if let Err(e) = t.await {
-                    tally.unexpected(format!("an async client panicked: {e}"));
-                }
-            }
-        });
-        rt.shutdown_timeout(Duration::from_secs(10));
+        run_tasks(cfg, &task_ctx, &tally)?;
     }
-    for h in handles {
-        if h.join().is_err() {
-            tally.unexpected("a client thread panicked".into());
-        }
-    }
-    work.stop();
-    let ops_time = work.start.elapsed();
-    if let Some(s) = storm {
-        if s.join().is_err() {
-            tally.unexpected("the storm thread panicked".into());
-        }
-    }
-    if let Some(p) = progress {
-        let _ = p.join();
-    }
-
-    // Every request the main engine accepted must complete, including those whose tickets were
-    // dropped: the engine's completed-request count must reach the number submitted.
-    let want = submitted.load(Ordering::SeqCst);
-    let wait_until = Instant::now() + cfg.lost_timeout;
-    while engine.stats().requests < want && Instant::now() < wait_until {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let done = engine.stats().requests;
-    if done < want {
-        tally.lost.fetch_add(want - done, Ordering::Relaxed);
-        tally.unexpected(format!(
-            "{} of {want} accepted requests never completed",
-            want - done
-        ));
-    }
+    let ops_time = join_all(handles, storm, progress, &work, &tally);
+    check_all_completed(cfg, &engine, &submitted, &tally);
     drop(thread_ctx);
     drop(task_ctx);
     let main = Arc::try_unwrap(engine);
@@ -572,6 +457,197 @@ pub fn run(cfg: &StressConfig) -> Result<Report, StressError> {
         pinned_allocs: pinned.total_allocs(),
     };
     Ok(report)
+}
+
+/// The file the stress reads, what its bytes must be, and the guard that removes a temporary
+/// stress file when dropped.
+struct OpenedSource {
+    base: Arc<dyn Source>,
+    expect: Expect,
+    temp: Option<crate::cli::files::Temp>,
+}
+
+/// Opens the stress's source: the virtual pattern file, or a sparse file written now (a
+/// temporary one, removed when the returned guard drops, unless it is kept).
+fn open_source(cfg: &StressConfig) -> Result<OpenedSource, StressError> {
+    let (path, keep) = match &cfg.file {
+        FileKind::Virtual => {
+            return Ok(OpenedSource {
+                base: Arc::new(PatternSource::new(cfg.file_len, FILE_SEED)),
+                expect: Expect::Pattern {
+                    seed: FILE_SEED,
+                    len: cfg.file_len,
+                },
+                temp: None,
+            })
+        }
+        FileKind::Sparse { path, keep } => (path, *keep),
+    };
+    let path = path.clone().unwrap_or_else(temp_stress_path);
+    let mut temp = None;
+    if !keep {
+        temp = Some(crate::cli::files::Temp::register(path.clone()));
+    }
+    let err = |source| StressError::File {
+        path: path.clone(),
+        source,
+    };
+    let regions = content::sparse_regions(cfg.file_len);
+    let p = ds4_io::pattern::write_file(&path, cfg.file_len, &regions).map_err(err)?;
+    let src = FileSource::open(
+        &path,
+        OpenConfig {
+            direct: cfg.engine.direct,
+            drop_cache: false,
+            use_cache: !cfg.engine.cold,
+        },
+    )
+    .map_err(err)?;
+    Ok(OpenedSource {
+        base: src,
+        expect: Expect::Sparse(p),
+        temp,
+    })
+}
+
+/// A fresh temporary stress file's path, after sweeping those of earlier killed runs.
+fn temp_stress_path() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir();
+    // Files of earlier runs that were killed (their PID is gone).
+    crate::cli::files::sweep_stale(&dir, |n| {
+        crate::cli::files::pid_after(n, "ds4-stress-", Some('-')).filter(|_| n.ends_with(".bin"))
+    });
+    dir.join(format!("ds4-stress-{}-{nanos}.bin", std::process::id()))
+}
+
+/// The host device the stress streams into, wrapped to count pinned allocations.
+fn open_device(
+    cfg: &StressConfig,
+) -> Result<(Arc<dyn Device>, Arc<counting::PinnedCounter>), StressError> {
+    let host = HostDevice::new(HostConfig {
+        host_visible: cfg.unified,
+        copy_delay: cfg.faults.slow_copy,
+        gate: None,
+    })
+    .map_err(StressError::Device)?;
+    let counting = CountingDevice::new(Arc::new(host));
+    let pinned = counting.counter();
+    Ok((Arc::new(counting), pinned))
+}
+
+/// Starts the `cfg.threads` client threads.
+fn spawn_clients(
+    cfg: &StressConfig,
+    thread_ctx: &Arc<Ctx>,
+    lost_tickets: &Arc<Mutex<Vec<ds4_stream::engine::Ticket>>>,
+) -> Result<Vec<std::thread::JoinHandle<()>>, StressError> {
+    let mut handles = Vec::new();
+    for i in 0..cfg.threads {
+        let (c, l) = (Arc::clone(thread_ctx), Arc::clone(lost_tickets));
+        let seed = cfg.seed ^ (0x1000 + i as u64).wrapping_mul(0x9e37_79b9);
+        let h = std::thread::Builder::new()
+            .name(format!("stress-client-{i}"))
+            .spawn(move || client::thread_client(c, seed, l))
+            .map_err(StressError::Runtime)?;
+        handles.push(h);
+    }
+    Ok(handles)
+}
+
+/// Starts the engine-start storm thread when `cfg.storm_every` asks for one.
+fn spawn_storm(
+    cfg: &StressConfig,
+    starter: &Arc<Starter>,
+    thread_ctx: &Arc<Ctx>,
+) -> Result<Option<std::thread::JoinHandle<()>>, StressError> {
+    let Some(every) = cfg.storm_every else {
+        return Ok(None);
+    };
+    let s = storm::Storm {
+        starter: Arc::clone(starter),
+        ctx: Arc::clone(thread_ctx),
+        every,
+        requests: cfg.storm_requests,
+        seed: cfg.seed ^ 0x5707,
+    };
+    std::thread::Builder::new()
+        .name("stress-storm".into())
+        .spawn(move || s.run())
+        .map(Some)
+        .map_err(StressError::Runtime)
+}
+
+/// Runs the `cfg.tasks` async clients on a tokio runtime to the end.
+fn run_tasks(cfg: &StressConfig, task_ctx: &Arc<Ctx>, tally: &Tally) -> Result<(), StressError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("stress-task")
+        .enable_time()
+        .build()
+        .map_err(StressError::Runtime)?;
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..cfg.tasks)
+            .map(|i| {
+                let seed = cfg.seed ^ (0x2000 + i as u64).wrapping_mul(0x9e37_79b9);
+                tokio::spawn(client::task_client(Arc::clone(task_ctx), seed))
+            })
+            .collect();
+        for t in tasks {
+            if let Err(e) = t.await {
+                tally.unexpected(format!("an async client panicked: {e}"));
+            }
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(10));
+    Ok(())
+}
+
+/// Joins the client threads, stops the work, then joins the storm and progress threads;
+/// returns how long the operations ran.
+fn join_all(
+    handles: Vec<std::thread::JoinHandle<()>>,
+    storm: Option<std::thread::JoinHandle<()>>,
+    progress: Option<std::thread::JoinHandle<()>>,
+    work: &Work,
+    tally: &Tally,
+) -> Duration {
+    for h in handles {
+        if h.join().is_err() {
+            tally.unexpected("a client thread panicked".into());
+        }
+    }
+    work.stop();
+    let ops_time = work.start.elapsed();
+    if let Some(s) = storm {
+        if s.join().is_err() {
+            tally.unexpected("the storm thread panicked".into());
+        }
+    }
+    if let Some(p) = progress {
+        let _ = p.join();
+    }
+    ops_time
+}
+
+/// Every request the main engine accepted must complete, including those whose tickets were
+/// dropped: the engine's completed-request count must reach the number submitted.
+fn check_all_completed(cfg: &StressConfig, engine: &Engine, submitted: &AtomicU64, tally: &Tally) {
+    let want = submitted.load(Ordering::SeqCst);
+    let wait_until = Instant::now() + cfg.lost_timeout;
+    while engine.stats().requests < want && Instant::now() < wait_until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let done = engine.stats().requests;
+    if done < want {
+        tally.lost.fetch_add(want - done, Ordering::Relaxed);
+        tally.unexpected(format!(
+            "{} of {want} accepted requests never completed",
+            want - done
+        ));
+    }
 }
 
 fn progress_loop(t: &Tally, w: &Work, t0: Instant) {

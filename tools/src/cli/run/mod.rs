@@ -509,24 +509,9 @@ pub fn run(a: Args) -> CliResult {
     let trace_out = output(&a.record_trace, "--record-trace")?;
     let path = a.model.path()?;
     let (file, model) = Ds4Model::open(&path).map_err(|e| CliError::bad_input(chain(&e)))?;
-    let (ids, replay) = match &a.routing_trace {
-        Some(f) => {
-            let (ids, r) = read_routing(f, &model)?;
-            (ids, Some(r))
-        }
-        None => (tokens(&a, model.shape.vocab)?, None),
-    };
+    let (ids, replay) = token_ids(&a, &model)?;
     let chunk = read_chunk(&a.read_chunk)?;
-    let cfg = EngineConfig {
-        workers: a.workers,
-        cold: a.ssd_streaming_cold,
-        slot_bytes: chunk,
-        // At least the default ring's bytes (128 MiB), so small chunks keep as much in flight.
-        slots: ((128usize << 20) / chunk).clamp(32, 2048),
-        ..EngineConfig::default()
-    };
-    cfg.validate()
-        .map_err(|e| CliError::bad_input(format!("--workers {}: {}", a.workers, chain(&e))))?;
+    let cfg = engine_config(&a, chunk)?;
     let (device, gpu) = gpu::open_device(a.backend)?;
     let backend = device.kind();
     // Held until the run ends; the plan below sees it as memory in use.
@@ -549,105 +534,30 @@ pub fn run(a: Args) -> CliResult {
         host_mem::check(&file, &model, a.ssd_streaming, slots)?;
     }
     let engine = Engine::open(&path, device, cfg).map_err(|e| CliError::runtime(chain(&e)))?;
-    let bad = |e: ds4_stream::decode::DecodeError| {
-        if e.is_bad_input() {
-            CliError::bad_input(format!("{}: {}", path.display(), chain(&e)))
-        } else {
-            CliError::runtime(chain(&e))
-        }
-    };
+    let bad = |e| decode_error(&path, e);
     let weights = MoeWeights::load(&file, &model, &engine).map_err(bad)?;
-    let policy = match &a.cache_policy {
-        Some(p) => p
-            .parse::<PolicyKind>()
-            .map_err(|e| CliError::bad_input(e.to_string()))?,
-        None if a.ssd_streaming_c_engine_pattern => PolicyKind::Lru,
-        None => PolicyKind::DEFAULT,
-    };
-    if a.ssd_streaming_c_engine_pattern
-        && gpu.is_none()
-        && (a.ssd_streaming_full_layers > 0 || a.ssd_streaming_popularity.is_some())
-    {
-        return Err(CliError::bad_input(
-            "--ssd-streaming-c-engine-pattern on the host backend: no --ssd-streaming-full-layers or --ssd-streaming-popularity",
-        ));
-    }
+    let policy = cache_policy(&a, gpu.is_none())?;
     let preload = preload_keys(&a, &model, slots)?;
-    let mut preloaded = 0usize;
     let t_load = Instant::now();
-    let mut runner = match gpu {
-        Some(g) => {
-            let b = gpu::Build {
-                a: &a,
-                path: &path,
-                engine: &engine,
-                model: &model,
-                weights: &weights,
-                slots,
-                policy,
-                ram: ram.as_ref().map(|r| r.0),
-                preload: &preload,
-            };
-            let (r, n) = gpu::build(g, &b).map_err(bad)?;
-            preloaded = n;
-            Runner::Gpu(r)
-        }
-        None => Runner::Host(
-            MoeStack::new(&weights, &engine).with_lookahead(a.ssd_streaming_lookahead),
-            if a.ssd_streaming && a.ssd_streaming_c_engine_pattern {
-                Box::new(
-                    ds4_stream::decode::c_pattern::CPatternExperts::new(
-                        &path,
-                        &model,
-                        engine.device().clone(),
-                        slots,
-                        policy,
-                    )
-                    .map_err(bad)?,
-                )
-            } else if a.ssd_streaming {
-                let mut st = StreamedExperts::new(&engine, &model, slots, policy)
-                    .map_err(bad)?
-                    .with_full_layers(a.ssd_streaming_full_layers)
-                    .map_err(bad)?;
-                preloaded = st.preload(&preload).map_err(bad)?;
-                Box::new(st)
-            } else {
-                Box::new(ResidentExperts::load(&model, &engine).map_err(bad)?)
-            },
-        ),
+    let b = gpu::Build {
+        a: &a,
+        path: &path,
+        engine: &engine,
+        model: &model,
+        weights: &weights,
+        slots,
+        policy,
+        ram: ram.as_ref().map(|r| r.0),
+        preload: &preload,
     };
+    let (mut runner, preloaded) = build_runner(gpu, &b).map_err(bad)?;
     let load_secs = t_load.elapsed().as_secs_f64();
     let free_after_load = free_memory(engine.device().as_ref());
-    let mut hidden: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
-    let mut traces: Vec<Vec<TokenTrace>> = Vec::new();
     let t0 = Instant::now();
-    let progress = !a.json && ids.len() > 1 && {
-        use std::io::IsTerminal;
-        std::io::stderr().is_terminal()
-    };
-    for (i, &t) in ids.iter().enumerate() {
-        let forced = replay.as_ref().map(|r| r[i].as_slice());
-        let (h, tr) = runner.token(t, forced).map_err(bad)?;
-        hidden.push(h);
-        if a.record_trace.is_some() {
-            traces.push(tr);
-        }
-        if progress {
-            let _ = write!(std::io::stderr(), "\rtoken {}/{}", i + 1, ids.len());
-        }
-    }
-    if progress {
-        let _ = writeln!(std::io::stderr());
-    }
+    let decoded = decode_all(&a, &mut runner, &ids, replay.as_deref()).map_err(bad)?;
     let secs = t0.elapsed().as_secs_f64();
-    let digest = digest_hex(hidden.iter().map(|h| h.as_slice()));
-    if let Some(o) = dump_out {
-        o.commit(&dump_bytes(&hidden))?;
-    }
-    if let Some(o) = trace_out {
-        o.commit(trace_text(&ids, &traces).as_bytes())?;
-    }
+    let digest = digest_hex(decoded.hidden.iter().map(|h| h.as_slice()));
+    commit_outputs(dump_out, trace_out, &ids, &decoded)?;
     let st = runner.stats();
     let mem = device_memory(
         plan.as_ref(),
@@ -669,4 +579,160 @@ pub fn run(a: Args) -> CliResult {
         read_chunk: chunk,
     };
     report(&a, &path, &model, &ids, &run, &st, &digest)
+}
+
+/// The engine's configuration for the run, checked (a bad `--workers` is a usage error).
+fn engine_config(a: &Args, chunk: usize) -> Result<EngineConfig, CliError> {
+    let cfg = EngineConfig {
+        workers: a.workers,
+        cold: a.ssd_streaming_cold,
+        slot_bytes: chunk,
+        // At least the default ring's bytes (128 MiB), so small chunks keep as much in flight.
+        slots: ((128usize << 20) / chunk).clamp(32, 2048),
+        ..EngineConfig::default()
+    };
+    cfg.validate()
+        .map_err(|e| CliError::bad_input(format!("--workers {}: {}", a.workers, chain(&e))))?;
+    Ok(cfg)
+}
+
+/// A decode error of the run on `path`: bad input (exit 2) when the file is at fault, else a
+/// runtime error.
+fn decode_error(path: &Path, e: ds4_stream::decode::DecodeError) -> CliError {
+    if e.is_bad_input() {
+        CliError::bad_input(format!("{}: {}", path.display(), chain(&e)))
+    } else {
+        CliError::runtime(chain(&e))
+    }
+}
+
+/// `--cache-policy` (default LRU with `--ssd-streaming-c-engine-pattern`), and the options the
+/// C engine's pattern refuses on the host backend.
+fn cache_policy(a: &Args, host: bool) -> Result<PolicyKind, CliError> {
+    let policy = match &a.cache_policy {
+        Some(p) => p
+            .parse::<PolicyKind>()
+            .map_err(|e| CliError::bad_input(e.to_string()))?,
+        None if a.ssd_streaming_c_engine_pattern => PolicyKind::Lru,
+        None => PolicyKind::DEFAULT,
+    };
+    if a.ssd_streaming_c_engine_pattern
+        && host
+        && (a.ssd_streaming_full_layers > 0 || a.ssd_streaming_popularity.is_some())
+    {
+        return Err(CliError::bad_input(
+            "--ssd-streaming-c-engine-pattern on the host backend: no --ssd-streaming-full-layers or --ssd-streaming-popularity",
+        ));
+    }
+    Ok(policy)
+}
+
+/// Each token's routing, one trace per layer (`--routing-trace`).
+type Routing = Vec<Vec<TokenTrace>>;
+
+/// The token ids to run and, with `--routing-trace`, the routing each token is forced to.
+fn token_ids(a: &Args, model: &Ds4Model) -> Result<(Vec<u32>, Option<Routing>), CliError> {
+    Ok(match &a.routing_trace {
+        Some(f) => {
+            let (ids, r) = read_routing(f, model)?;
+            (ids, Some(r))
+        }
+        None => (tokens(a, model.shape.vocab)?, None),
+    })
+}
+
+/// The stack on `gpu` when one opened, else on the host; returns it and how many experts
+/// were preloaded.
+fn build_runner<'a>(
+    gpu: Option<gpu::GpuHandle>,
+    b: &gpu::Build<'a, '_>,
+) -> Result<(Runner<'a>, usize), ds4_stream::decode::DecodeError> {
+    match gpu {
+        Some(g) => {
+            let (r, n) = gpu::build(g, b)?;
+            Ok((Runner::Gpu(r), n))
+        }
+        None => host_runner(b),
+    }
+}
+
+/// The stack on the host with its expert provider (the C engine's pattern, the streamed cache,
+/// or every expert resident); returns it and how many experts were preloaded.
+fn host_runner<'a>(
+    b: &gpu::Build<'a, '_>,
+) -> Result<(Runner<'a>, usize), ds4_stream::decode::DecodeError> {
+    let (a, engine, model) = (b.a, b.engine, b.model);
+    let mut preloaded = 0usize;
+    let provider: Box<dyn ExpertProvider + 'a> =
+        if a.ssd_streaming && a.ssd_streaming_c_engine_pattern {
+            Box::new(ds4_stream::decode::c_pattern::CPatternExperts::new(
+                b.path,
+                model,
+                engine.device().clone(),
+                b.slots,
+                b.policy,
+            )?)
+        } else if a.ssd_streaming {
+            let mut st = StreamedExperts::new(engine, model, b.slots, b.policy)?
+                .with_full_layers(a.ssd_streaming_full_layers)?;
+            preloaded = st.preload(b.preload)?;
+            Box::new(st)
+        } else {
+            Box::new(ResidentExperts::load(model, engine)?)
+        };
+    let stack = MoeStack::new(b.weights, engine).with_lookahead(a.ssd_streaming_lookahead);
+    Ok((Runner::Host(stack, provider), preloaded))
+}
+
+/// Writes `--dump-hidden` and `--record-trace` (created at the start) where asked.
+fn commit_outputs(
+    dump_out: Option<Output>,
+    trace_out: Option<Output>,
+    ids: &[u32],
+    decoded: &Decoded,
+) -> CliResult {
+    if let Some(o) = dump_out {
+        o.commit(&dump_bytes(&decoded.hidden))?;
+    }
+    if let Some(o) = trace_out {
+        o.commit(trace_text(ids, &decoded.traces).as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The decoded tokens' hidden states and, with `--record-trace`, their routing.
+struct Decoded {
+    hidden: Vec<Vec<f32>>,
+    traces: Vec<Vec<TokenTrace>>,
+}
+
+/// Runs every token (forced to `replay`'s routing when given), with a progress line on a
+/// terminal.
+fn decode_all(
+    a: &Args,
+    runner: &mut Runner<'_>,
+    ids: &[u32],
+    replay: Option<&[Vec<TokenTrace>]>,
+) -> Result<Decoded, ds4_stream::decode::DecodeError> {
+    let mut hidden: Vec<Vec<f32>> = Vec::with_capacity(ids.len());
+    let mut traces: Vec<Vec<TokenTrace>> = Vec::new();
+    let progress = !a.json && ids.len() > 1 && {
+        use std::io::IsTerminal;
+        std::io::stderr().is_terminal()
+    };
+    for (i, &t) in ids.iter().enumerate() {
+        let forced = replay.map(|r| r[i].as_slice());
+        let (h, tr) = runner.token(t, forced)?;
+        hidden.push(h);
+        if a.record_trace.is_some() {
+            traces.push(tr);
+        }
+        if progress {
+            let _ = write!(std::io::stderr(), "\rtoken {}/{}", i + 1, ids.len());
+        }
+    }
+    if progress {
+        let _ = writeln!(std::io::stderr());
+    }
+    Ok(Decoded { hidden, traces })
 }

@@ -86,117 +86,179 @@ pub(super) fn report(
     st: &ds4_stream::decode::FetchStats,
     digest: &str,
 ) -> CliResult {
-    let RunInfo {
-        backend,
-        secs,
-        load_secs,
-        slots,
-        ref how,
-        policy,
-        preloaded,
-        full_layers,
-        ref mem,
-        ref ram_how,
-        read_chunk,
-    } = *run;
-    let kernels = match backend {
-        BackendKind::Host => "the host's reference kernels",
-        _ => "the GPU kernels (kernels/ds4_kernels.cu)",
-    };
     let n = ids.len() as f64;
-    let tps = n / secs.max(1e-9);
-    let mib_per_tok = st.bytes_streamed as f64 / n / (1 << 20) as f64;
-    let stall = st.stall.as_secs_f64() / secs.max(1e-9);
-    let mode = if a.ssd_streaming {
-        "ssd-streaming"
-    } else {
-        "resident"
+    let secs = run.secs;
+    let r = Report {
+        a,
+        path,
+        model,
+        ids,
+        run,
+        st,
+        digest,
+        kernels: match run.backend {
+            BackendKind::Host => "the host's reference kernels",
+            _ => "the GPU kernels (kernels/ds4_kernels.cu)",
+        },
+        tps: n / secs.max(1e-9),
+        mib_per_tok: st.bytes_streamed as f64 / n / (1 << 20) as f64,
+        stall: st.stall.as_secs_f64() / secs.max(1e-9),
+        mode: if a.ssd_streaming {
+            "ssd-streaming"
+        } else {
+            "resident"
+        },
+        // hits / lookups, the same `hits` as below.
+        hr: st.cache.hit_rate(),
+        hits: st.cache.hits + st.cache.dedup_hits,
     };
-    // hits / lookups, the same `hits` as below.
-    let hr = st.cache.hit_rate();
-    let hits = st.cache.hits + st.cache.dedup_hits;
     if a.json {
+        return crate::cli::out(&format!("{}\n", r.json())).map(|_| ());
+    }
+    crate::cli::out(&r.text()).map(|_| ())
+}
+
+/// The report's inputs and the figures both outputs derive from them.
+struct Report<'a> {
+    a: &'a Args,
+    path: &'a Path,
+    model: &'a Ds4Model,
+    ids: &'a [u32],
+    run: &'a RunInfo,
+    st: &'a ds4_stream::decode::FetchStats,
+    digest: &'a str,
+    kernels: &'static str,
+    tps: f64,
+    mib_per_tok: f64,
+    stall: f64,
+    mode: &'static str,
+    hr: f64,
+    hits: u64,
+}
+
+impl Report<'_> {
+    /// `--json`'s object.
+    fn json(&self) -> serde_json::Value {
+        let (a, run) = (self.a, self.run);
         let mut v = serde_json::json!({
-            "model": path.display().to_string(),
-            "mode": mode,
-            "backend": backend.as_str(),
-            "compute": format!("{kernels}; MoE stack only (no attention, no hyper-connections)"),
-            "tokens": ids.len(),
-            "layers": model.layers.len(),
-            "seconds": secs,
-            "load_seconds": load_secs,
-            "tokens_per_s": tps,
-            "digest": digest,
+            "model": self.path.display().to_string(),
+            "mode": self.mode,
+            "backend": run.backend.as_str(),
+            "compute": format!("{}; MoE stack only (no attention, no hyper-connections)", self.kernels),
+            "tokens": self.ids.len(),
+            "layers": self.model.layers.len(),
+            "seconds": run.secs,
+            "load_seconds": run.load_secs,
+            "tokens_per_s": self.tps,
+            "digest": self.digest,
         });
         if a.ssd_streaming {
-            v["cache"] = serde_json::json!({
-                "experts": slots,
-                "chosen_by": how,
-                "policy": policy.name(),
-                "preloaded": preloaded,
-                "full_layers": full_layers,
-                // One definition of a hit in both outputs: a lookup served without reading
-                // the file, the expert resident or already being read for another lookup.
-                "hits": hits,
-                "resident_hits": st.cache.hits,
-                "loading_hits": st.cache.dedup_hits,
-                "misses": st.cache.misses,
-                "lookups": st.cache.lookups(),
-                "evictions": st.cache.evictions,
-                "hit_rate": hr,
-                // The cache's own counters: here `hits` are the resident hits only.
-                "stats": st.cache,
-            });
-            v["mib_streamed_per_token"] = mib_per_tok.into();
-            v["stall_fraction"] = stall.into();
-            v["fetch_p50_us"] = st.fetch_p50_us.into();
-            v["fetch_p99_us"] = st.fetch_p99_us.into();
-            v["prefetched_hash_experts"] = st.prefetched.into();
-            v["read_pattern"] = read_pattern(a).into();
-            v["io"] = serde_json::json!({"workers": a.workers, "read_chunk": read_chunk});
-            if let Some(r) = &st.ram {
-                v["ram_tier"] = serde_json::to_value(r).unwrap_or_default();
-                v["ram_tier"]["chosen_by"] = ram_how.clone().into();
-            }
-            if a.ssd_streaming_lookahead {
-                v["lookahead"] = serde_json::json!({
-                    "predicted": st.lookahead_predicted,
-                    "used": st.lookahead_used,
-                    "reads_started": st.lookahead_reads,
-                });
-            }
+            self.streaming_json(&mut v);
         }
-        if let Some(m) = mem {
+        if let Some(m) = &run.mem {
             v["device_memory"] = m.clone();
         }
-        crate::cli::out(&format!("{v}\n"))?;
-        return Ok(());
+        v
     }
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "{}: {} tokens through {} layers ({mode}), {:.2} tokens/s ({:.3} s; experts/weights loaded in {:.3} s)",
-        path.display(),
-        ids.len(),
-        model.layers.len(),
-        tps,
-        secs,
-        load_secs
-    );
-    if a.ssd_streaming {
+
+    /// `--json`'s expert cache, IO, RAM tier and lookahead fields (`--ssd-streaming`).
+    fn streaming_json(&self, v: &mut serde_json::Value) {
+        let (a, run, st) = (self.a, self.run, self.st);
+        v["cache"] = serde_json::json!({
+            "experts": run.slots,
+            "chosen_by": run.how,
+            "policy": run.policy.name(),
+            "preloaded": run.preloaded,
+            "full_layers": run.full_layers,
+            // One definition of a hit in both outputs: a lookup served without reading
+            // the file, the expert resident or already being read for another lookup.
+            "hits": self.hits,
+            "resident_hits": st.cache.hits,
+            "loading_hits": st.cache.dedup_hits,
+            "misses": st.cache.misses,
+            "lookups": st.cache.lookups(),
+            "evictions": st.cache.evictions,
+            "hit_rate": self.hr,
+            // The cache's own counters: here `hits` are the resident hits only.
+            "stats": st.cache,
+        });
+        v["mib_streamed_per_token"] = self.mib_per_tok.into();
+        v["stall_fraction"] = self.stall.into();
+        v["fetch_p50_us"] = st.fetch_p50_us.into();
+        v["fetch_p99_us"] = st.fetch_p99_us.into();
+        v["prefetched_hash_experts"] = st.prefetched.into();
+        v["read_pattern"] = read_pattern(a).into();
+        v["io"] = serde_json::json!({"workers": a.workers, "read_chunk": run.read_chunk});
+        if let Some(r) = &st.ram {
+            v["ram_tier"] = serde_json::to_value(r).unwrap_or_default();
+            v["ram_tier"]["chosen_by"] = run.ram_how.clone().into();
+        }
+        if a.ssd_streaming_lookahead {
+            v["lookahead"] = serde_json::json!({
+                "predicted": st.lookahead_predicted,
+                "used": st.lookahead_used,
+                "reads_started": st.lookahead_reads,
+            });
+        }
+    }
+
+    /// The text report.
+    fn text(&self) -> String {
+        let (a, run) = (self.a, self.run);
+        let mode = self.mode;
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "{}: {} tokens through {} layers ({mode}), {:.2} tokens/s ({:.3} s; experts/weights loaded in {:.3} s)",
+            self.path.display(),
+            self.ids.len(),
+            self.model.layers.len(),
+            self.tps,
+            run.secs,
+            run.load_secs
+        );
+        if a.ssd_streaming {
+            self.streaming_text(&mut t);
+        }
+        if let Some(m) = &run.mem {
+            write_device_memory(&mut t, m);
+        }
+        let digest = self.digest;
+        let (kernels, backend) = (self.kernels, run.backend);
+        let _ = writeln!(t, "digest (sha256 of every hidden state): {digest}");
+        let _ = writeln!(
+            t,
+            "note: the MoE half of DS4 only (router, routed and shared experts; no attention, no \
+             hyper-connections), on {kernels} ({backend})"
+        );
+        t
+    }
+
+    /// The text report's expert cache, RAM tier and lookahead lines (`--ssd-streaming`).
+    fn streaming_text(&self, t: &mut String) {
+        let (a, st) = (self.a, self.st);
+        let RunInfo {
+            slots,
+            ref how,
+            policy,
+            preloaded,
+            full_layers,
+            ref ram_how,
+            ..
+        } = *self.run;
         let _ = writeln!(
             t,
             "expert cache: {slots} experts ({how}), policy {}, {preloaded} preloaded, {full_layers} full layers: hit rate {:.1}% of {} lookups ({} hits: {} resident + {} already loading; {} misses, {} evictions); {:.2} MiB streamed per token; IO stall {:.1}% of the time; fetch p50 {} us, p99 {} us; {} hash-layer experts read at token start",
             policy.name(),
-            hr * 100.0,
+            self.hr * 100.0,
             st.cache.lookups(),
-            hits,
+            self.hits,
             st.cache.hits,
             st.cache.dedup_hits,
             st.cache.misses,
             st.cache.evictions,
-            mib_per_tok,
-            stall * 100.0,
+            self.mib_per_tok,
+            self.stall * 100.0,
             st.fetch_p50_us,
             st.fetch_p99_us,
             st.prefetched
@@ -228,16 +290,6 @@ pub(super) fn report(
             );
         }
     }
-    if let Some(m) = mem {
-        write_device_memory(&mut t, m);
-    }
-    let _ = writeln!(t, "digest (sha256 of every hidden state): {digest}");
-    let _ = writeln!(
-        t,
-        "note: the MoE half of DS4 only (router, routed and shared experts; no attention, no \
-         hyper-connections), on {kernels} ({backend})"
-    );
-    crate::cli::out(&t).map(|_| ())
 }
 
 /// The device-memory check in words: each measured step (asked for, free memory dropped by),
