@@ -136,6 +136,9 @@ mod tests {
     use super::*;
 
     #[test]
+    // Whole files through the engine's threads: minutes per test under Miri (CI's miri step
+    // runs `engine::`); the pipeline and ring underneath have their own Miri tests.
+    #[cfg_attr(miri, ignore)]
     fn shape_follows_residency_and_cores() {
         // Cold or unknown: the deep queue, whatever the cores.
         assert_eq!(shape_for(None, 2), COLD);
@@ -198,6 +201,9 @@ mod tests {
     }
 
     #[test]
+    // Whole files through the engine's threads: minutes per test under Miri (CI's miri step
+    // runs `engine::`); the pipeline and ring underneath have their own Miri tests.
+    #[cfg_attr(miri, ignore)]
     fn copies_across_chunk_boundaries() {
         let e = engine(80 << 20, 99);
         for &(off, len) in &[
@@ -222,6 +228,9 @@ mod tests {
     }
 
     #[test]
+    // Whole files through the engine's threads: minutes per test under Miri (CI's miri step
+    // runs `engine::`); the pipeline and ring underneath have their own Miri tests.
+    #[cfg_attr(miri, ignore)]
     fn read_and_write_errors_are_told_apart() {
         let e = engine(1 << 20, 1);
         match copy_range(&e, T12, (1 << 20) - 10, 20, &mut Vec::new()) {
