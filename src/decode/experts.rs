@@ -14,17 +14,14 @@
 
 use super::{DecodeError, MoeWeights};
 use crate::decode::LoadError;
+use super::slots::{Ask, Landing, Miss, SlotLoader, Started};
 use crate::engine::{BytesTicket, Engine, EngineError};
-use crate::expert_cache::{
-    CacheError, CacheStats, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId,
-};
+use crate::expert_cache::{CacheStats, ExpertKey, PolicyKind, SliceRead, SlotId};
 use crate::gguf::GgmlType;
 use crate::model::{Ds4Model, ExpertKind};
 use bytes::Bytes;
-use hdrhistogram::Histogram;
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One expert's three matrices as stored (gate [E, FF], up [E, FF], down [FF, E]).
 #[derive(Clone, Debug)]
@@ -134,22 +131,6 @@ fn read_err(what: String) -> impl FnOnce(EngineError) -> DecodeError {
     move |source| DecodeError::Read { what, source }
 }
 
-fn slice_of(
-    model: &Ds4Model,
-    layer: usize,
-    kind: ExpertKind,
-    e: u32,
-) -> Result<(u64, usize, GgmlType), DecodeError> {
-    let l = &model.layers[layer];
-    let s = model
-        .expert_slice(layer as u64, kind, e as u64)
-        .map_err(|err| DecodeError::Tensor {
-            name: l.routed(kind).tensor.name.clone(),
-            why: err.to_string(),
-        })?;
-    Ok((s.offset, s.len as usize, l.routed(kind).tensor.ggml_type))
-}
-
 /// Every routed expert read before the first token.
 pub struct ResidentExperts {
     /// Per layer, per expert.
@@ -214,36 +195,100 @@ impl ExpertProvider for ResidentExperts {
     }
 }
 
-/// A read in flight into one slot.
-struct Pending {
+/// Host bytes from the engine's pool: each slice of a miss is one `submit_bytes`, and the
+/// slot holds the expert as three `Bytes` views (no slab on the host backend).
+pub(crate) struct BytesLanding<'a> {
+    engine: &'a Engine,
+    slots: Vec<Option<Arc<ExpertData>>>,
+}
+
+/// A host fill: gate and up in flight, down once queued.
+pub(crate) struct BytesFill {
     key: ExpertKey,
     gate: BytesTicket,
     up: BytesTicket,
     down: Option<BytesTicket>,
-    down_at: (u64, usize),
+    down_at: SliceRead,
     types: [GgmlType; 3],
-    since: Instant,
 }
 
-/// Experts through a bounded cache, read by the engine on a miss.
+impl Landing for BytesLanding<'_> {
+    type Fill = BytesFill;
+
+    fn start(&mut self, m: &Miss) -> Result<Started<BytesFill>, DecodeError> {
+        self.slots[m.slot as usize] = None;
+        let submit = |r: &SliceRead| {
+            self.engine
+                .submit_bytes(r.offset, r.len())
+                .map_err(read_err(what(m.key)))
+        };
+        let fill = BytesFill {
+            key: m.key,
+            gate: submit(&m.reads[0])?,
+            up: submit(&m.reads[1])?,
+            down: None,
+            down_at: m.reads[2],
+            types: m.reads.map(|r| r.place.ty),
+        };
+        Ok(Started {
+            fill,
+            read_bytes: super::slots::read_bytes(m),
+        })
+    }
+
+    fn queue_down(&mut self, f: &mut BytesFill) -> Result<(), DecodeError> {
+        if f.down.is_none() {
+            let r = f.down_at;
+            let t = self.engine.submit_bytes(r.offset, r.len());
+            f.down = Some(t.map_err(read_err(what(f.key)))?);
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self, f: &mut BytesFill) -> bool {
+        f.gate.is_done() && f.up.is_done() && f.down.as_ref().is_some_and(|d| d.is_done())
+    }
+
+    fn finish(&mut self, slot: SlotId, f: BytesFill) -> Result<(), DecodeError> {
+        let w = what(f.key);
+        let down = f.down.ok_or_else(|| LoadError::Internal(format!("{w}: down not queued")))?;
+        let g = f.gate.wait().map_err(read_err(w.clone()))?;
+        let u = f.up.wait().map_err(read_err(w.clone()))?;
+        let d = down.wait().map_err(read_err(w))?;
+        self.slots[slot as usize] = Some(Arc::new(ExpertData {
+            gate: (f.types[0], g),
+            up: (f.types[1], u),
+            down: (f.types[2], d),
+        }));
+        Ok(())
+    }
+
+    fn abandon(&mut self, _f: BytesFill) {}
+}
+
+fn what(key: ExpertKey) -> String {
+    format!("expert {} of layer {}", key.expert, key.layer)
+}
+
+/// The expert in `slot` once it is resident.
+pub(crate) fn resident(
+    slots: &[Option<Arc<ExpertData>>],
+    slot: SlotId,
+) -> Result<Arc<ExpertData>, DecodeError> {
+    match &slots[slot as usize] {
+        Some(d) => Ok(d.clone()),
+        None => Err(LoadError::Internal(format!("slot {slot} resident but empty")).into()),
+    }
+}
+
+/// Experts through a bounded cache, read by the engine on a miss ([`SlotLoader`] over host
+/// bytes).
 pub struct StreamedExperts<'a> {
     engine: &'a Engine,
     model: &'a Ds4Model,
     /// The first layers' experts, all resident (`--ssd-streaming-full-layers`).
     full: ResidentExperts,
-    cache: ExpertCache,
-    slots: Vec<Option<Arc<ExpertData>>>,
-    pending: HashMap<SlotId, Pending>,
-    bytes_streamed: u64,
-    stall: Duration,
-    prefetched: u64,
-    hist: Histogram<u64>,
-    /// The last speculative guess: (layer, experts).
-    guess: Option<(usize, Vec<u32>)>,
-    lookahead: [u64; 3],
-    /// The cache lookups the guesses made: kept out of the reported hit rate, which counts
-    /// the layers' own requests.
-    spec_lookups: SpecLookups,
+    slots: SlotLoader<'a, BytesLanding<'a>>,
 }
 
 impl<'a> StreamedExperts<'a> {
@@ -254,78 +299,18 @@ impl<'a> StreamedExperts<'a> {
         slots: usize,
         policy: PolicyKind,
     ) -> Result<Self, DecodeError> {
-        let k = model.shape.n_expert_used as usize;
-        let eb = model.layers.first().map_or(0, |l| l.expert_bytes());
-        let cache =
-            ExpertCache::new(slots, k, eb, policy).map_err(LoadError::cache("expert cache"))?;
+        let landing = BytesLanding {
+            engine,
+            slots: vec![None; slots],
+        };
         Ok(Self {
             engine,
             model,
             full: ResidentExperts {
                 experts: Vec::new(),
             },
-            cache,
-            slots: vec![None; slots],
-            pending: HashMap::new(),
-            bytes_streamed: 0,
-            stall: Duration::ZERO,
-            prefetched: 0,
-            hist: Histogram::new(3).expect("3 significant figures is valid"),
-            guess: None,
-            lookahead: [0; 3],
-            spec_lookups: SpecLookups::default(),
+            slots: SlotLoader::new(model, slots, policy, landing)?,
         })
-    }
-
-    /// Looks up one expert; on a miss queues its gate and up reads (down comes later, see
-    /// [`Self::queue_downs`]). `Ok(None)`: every slot is pinned or loading.
-    fn lookup(
-        &mut self,
-        layer: usize,
-        e: u32,
-    ) -> Result<Option<(Fetch, Option<SlotId>)>, DecodeError> {
-        let key = ExpertKey::new(layer as u16, e as u16);
-        match self.cache.lookup(key) {
-            Ok(Lookup::Hit(s)) => match &self.slots[s as usize] {
-                Some(d) => Ok(Some((Fetch::Ready(d.clone()), None))),
-                None => Err(LoadError::Internal(format!("slot {s} resident but empty")).into()),
-            },
-            Ok(Lookup::Loading(s)) => Ok(Some((Fetch::Pending(s), None))),
-            Ok(Lookup::Miss { slot, .. }) => {
-                self.slots[slot as usize] = None;
-                let (go, gl, gt) = slice_of(self.model, layer, ExpertKind::Gate, e)?;
-                let (uo, ul, ut) = slice_of(self.model, layer, ExpertKind::Up, e)?;
-                let (d_o, dl, dt) = slice_of(self.model, layer, ExpertKind::Down, e)?;
-                let what = || format!("expert {e} of layer {layer}");
-                let submit = |o, l| self.engine.submit_bytes(o, l).map_err(read_err(what()));
-                let p = Pending {
-                    key,
-                    gate: submit(go, gl)?,
-                    up: submit(uo, ul)?,
-                    down: None,
-                    down_at: (d_o, dl),
-                    types: [gt, ut, dt],
-                    since: Instant::now(),
-                };
-                self.bytes_streamed += (gl + ul + dl) as u64;
-                self.pending.insert(slot, p);
-                Ok(Some((Fetch::Pending(slot), Some(slot))))
-            }
-            Err(CacheError::Full { .. }) => Ok(None),
-            Err(e) => Err(LoadError::cache("expert cache")(e).into()),
-        }
-    }
-
-    /// Queues the down slices of the misses just queued (after all their gates and ups).
-    fn queue_downs(&mut self, slots: &[SlotId]) -> Result<(), DecodeError> {
-        for s in slots {
-            if let Some(p) = self.pending.get_mut(s) {
-                let (o, l) = p.down_at;
-                let what = format!("expert {} of layer {}", p.key.expert, p.key.layer);
-                p.down = Some(self.engine.submit_bytes(o, l).map_err(read_err(what))?);
-            }
-        }
-        Ok(())
     }
 
     /// Makes the first `n` layers' experts resident (read now, whole tensors), outside the cache.
@@ -337,107 +322,24 @@ impl<'a> StreamedExperts<'a> {
     /// Reads `keys` into the cache before the first token (most important first; stops when
     /// the cache is full). Returns how many were read.
     pub fn preload(&mut self, keys: &[ExpertKey]) -> Result<usize, DecodeError> {
-        let mut n = 0;
-        let mut stopped = false;
-        for chunk in keys.chunks(64) {
-            let mut queued = Vec::new();
-            for k in chunk {
-                if (k.layer as usize) < self.full.experts.len() {
-                    continue;
-                }
-                match self.lookup(k.layer as usize, k.expert as u32)? {
-                    Some((_, Some(slot))) => queued.push(slot),
-                    Some(_) => {}
-                    None => {
-                        stopped = true;
-                        break;
-                    }
-                }
-            }
-            self.queue_downs(&queued)?;
-            for s in queued {
-                self.wait(s)?;
-                n += 1;
-            }
-            self.cache.unpin_all();
-            if stopped {
-                break;
-            }
-        }
-        self.bytes_streamed = 0;
-        self.hist.reset();
-        Ok(n)
+        self.slots.preload(keys, self.full.experts.len())
     }
 
-    /// Looks up `ids`. A demand request (`prefetch == false`) that finds every slot pinned or
-    /// loading first lets the reads already in flight land (which frees their slots for
-    /// eviction), then retries; a prefetch just stops there (it is only worth what fits).
-    fn request_many(
-        &mut self,
-        layer: usize,
-        ids: &[u32],
-        prefetch: bool,
-    ) -> Result<Vec<Fetch>, DecodeError> {
+    /// `ids` of `layer` as fetches: resident ones ready, the rest pending.
+    fn fetches(&mut self, layer: usize, ids: &[u32], ask: Ask) -> Result<Vec<Fetch>, DecodeError> {
         if let Some(l) = self.full.experts.get(layer) {
             return Ok(ids
                 .iter()
                 .map(|&e| Fetch::Ready(l[e as usize].clone()))
                 .collect());
         }
-        let mut out = Vec::with_capacity(ids.len());
-        let mut missed = Vec::new();
-        for &e in ids {
-            let found = match self.lookup(layer, e)? {
-                Some(x) => Some(x),
-                None if prefetch => break,
-                None => {
-                    self.settle(&missed)?;
-                    self.lookup(layer, e)?
-                }
-            };
-            let (f, m) = found.ok_or_else(|| {
-                DecodeError::from(LoadError::Held {
-                    layer,
-                    slots: self.cache.capacity(),
-                    inflight: " and reads in flight",
-                })
-            })?;
-            out.push(f);
-            missed.extend(m);
-        }
-        self.queue_downs(&missed)?;
-        Ok(out)
-    }
-
-    /// Completes the reads in flight whose bytes have all arrived (no waiting): their slots
-    /// become resident instead of loading (a failed one is dropped from the cache: its layer
-    /// will read it again if it asks).
-    fn harvest(&mut self) {
-        let done: Vec<SlotId> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| {
-                p.gate.is_done() && p.up.is_done() && p.down.as_ref().is_some_and(|d| d.is_done())
+        let got = self.slots.request(layer, ids, ask)?;
+        got.into_iter()
+            .map(|s| match self.slots.is_pending(s) {
+                true => Ok(Fetch::Pending(s)),
+                false => resident(&self.slots.landing.slots, s).map(Fetch::Ready),
             })
-            .map(|(s, _)| *s)
-            .collect();
-        for s in done {
-            let _ = self.wait(s);
-        }
-    }
-
-    /// Waits for every read in flight except `keep`'s (those of the request being built).
-    fn settle(&mut self, keep: &[SlotId]) -> Result<(), DecodeError> {
-        let others: Vec<SlotId> = self
-            .pending
-            .keys()
-            .copied()
-            .filter(|s| !keep.contains(s))
-            .collect();
-        for s in others {
-            self.wait(s)?;
-        }
-        Ok(())
+            .collect()
     }
 }
 
@@ -447,109 +349,38 @@ impl ExpertProvider for StreamedExperts<'_> {
         let k = w.params.n_used;
         for (l, lw) in w.layers.iter().enumerate().skip(self.full.experts.len()) {
             if let Some(t) = &lw.tid2eid {
-                let ids = t[token as usize * k..(token as usize + 1) * k].to_vec();
-                let before = self.pending.len();
-                self.request_many(l, &ids, true)?;
-                self.prefetched += (self.pending.len() - before) as u64;
+                let ids = &t[token as usize * k..(token as usize + 1) * k];
+                self.slots.prefetch(l, ids)?;
             }
         }
         Ok(())
     }
 
     fn request(&mut self, layer: usize, ids: &[u32]) -> Result<Vec<Fetch>, DecodeError> {
-        if let Some((l, g)) = self.guess.take() {
-            if l == layer {
-                self.lookahead[1] += ids.iter().filter(|e| g.contains(e)).count() as u64;
-            }
-        }
-        self.request_many(layer, ids, false)
+        self.slots.note_demand(layer, ids);
+        self.fetches(layer, ids, Ask::Demand)
     }
 
     fn speculate(&mut self, layer: usize, ids: &[u32]) -> Result<(), DecodeError> {
         if layer < self.full.experts.len() {
             return Ok(()); // resident
         }
-        let before = self.pending.len();
-        let c0 = self.cache.stats();
-        self.request_many(layer, ids, true)?;
-        let c1 = self.cache.stats();
-        self.spec_lookups.add(&c0, &c1);
-        self.lookahead[0] += ids.len() as u64;
-        self.lookahead[2] += (self.pending.len() - before) as u64;
-        self.guess = Some((layer, ids.to_vec()));
-        Ok(())
+        self.slots.speculate(layer, ids)
     }
 
     fn wait(&mut self, slot: SlotId) -> Result<Arc<ExpertData>, DecodeError> {
-        if let Some(d) = &self.slots[slot as usize] {
-            return Ok(d.clone());
-        }
-        let p = self.pending.remove(&slot).ok_or_else(|| {
-            DecodeError::from(LoadError::Internal(format!(
-                "slot {slot} is neither ready nor loading"
-            )))
-        })?;
-        let t0 = Instant::now();
-        let what = format!("expert {} of layer {}", p.key.expert, p.key.layer);
-        let res = (|| {
-            let down = match p.down {
-                Some(d) => d,
-                None => self
-                    .engine
-                    .submit_bytes(p.down_at.0, p.down_at.1)
-                    .map_err(read_err(what.clone()))?,
-            };
-            let g = p.gate.wait().map_err(read_err(what.clone()))?;
-            let u = p.up.wait().map_err(read_err(what.clone()))?;
-            let d = down.wait().map_err(read_err(what.clone()))?;
-            Ok::<_, DecodeError>(ExpertData {
-                gate: (p.types[0], g),
-                up: (p.types[1], u),
-                down: (p.types[2], d),
-            })
-        })();
-        self.stall += t0.elapsed();
-        match res {
-            Ok(data) => {
-                let data = Arc::new(data);
-                self.slots[slot as usize] = Some(data.clone());
-                self.cache
-                    .fill_done(slot)
-                    .map_err(LoadError::cache("expert cache"))?;
-                let us = p.since.elapsed().as_micros() as u64;
-                let _ = self.hist.record(us.max(1));
-                Ok(data)
-            }
-            Err(e) => {
-                let _ = self.cache.fill_failed(slot);
-                Err(e)
-            }
-        }
+        self.slots.ready(slot)?;
+        resident(&self.slots.landing.slots, slot)
     }
 
     fn end_layer(&mut self, _layer: usize) {
         // Reads that already landed (prefetches and guesses nobody has asked for yet) become
-        // resident now, so their slots stop counting as loading.
-        self.harvest();
-        // Unpins everything not loading: hash-layer prefetches of later layers that already
-        // landed become evictable too (at worst re-read), never a slot being written.
-        self.cache.unpin_all();
+        // resident; then everything not loading is evictable (hash-layer prefetches of later
+        // layers too: at worst re-read), never a slot being written.
+        self.slots.end_layer();
     }
 
     fn stats(&self) -> FetchStats {
-        let cache = self.spec_lookups.demand(self.cache.stats());
-        FetchStats {
-            cache,
-            bytes_streamed: self.bytes_streamed,
-            stall: self.stall,
-            fetch_p50_us: self.hist.value_at_quantile(0.5),
-            fetch_p99_us: self.hist.value_at_quantile(0.99),
-            fetch_max_us: self.hist.max(),
-            prefetched: self.prefetched,
-            lookahead_predicted: self.lookahead[0],
-            lookahead_used: self.lookahead[1],
-            lookahead_reads: self.lookahead[2],
-            ram: None,
-        }
+        self.slots.stats()
     }
 }

@@ -42,6 +42,7 @@
 //! [`reference::simulate`] runs a policy over a trace the way the engine would.
 
 mod arc;
+pub mod layout;
 mod lfu;
 pub(crate) mod list;
 pub mod policy;
@@ -52,6 +53,7 @@ pub mod trace;
 #[cfg(test)]
 mod tests;
 
+pub use layout::{SlicePlace, SliceRead, SlotLayout};
 pub use policy::{Policy, PolicyKind, UnknownPolicy};
 use std::collections::HashMap;
 
