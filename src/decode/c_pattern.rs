@@ -11,21 +11,19 @@
 //! rendezvous per layer). The cache around it is the C engine's: LRU, no lookahead, no
 //! prefetch of hash-layer experts at token start, no hits-first compute.
 
-use super::experts::{ExpertData, ExpertProvider, Fetch, FetchStats};
+use super::experts::{resident, ExpertData, ExpertProvider, Fetch, FetchStats};
+use super::slots::{Ask, Landing, Miss, SlotLoader, Started};
 use super::DecodeError;
 use crate::decode::LoadError;
 use crate::device::{Device, DeviceBuffer, PinnedBuf};
-use crate::expert_cache::{CacheError, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId};
-use crate::gguf::GgmlType;
-use crate::model::{Ds4Model, ExpertKind};
+use crate::expert_cache::{PolicyKind, SliceRead, SlotId};
+use crate::model::Ds4Model;
 use bytes::Bytes;
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use hdrhistogram::Histogram;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 /// The C engine's number of read workers (6 experts × 3 tensors).
 pub const C_ENGINE_WORKERS: usize = 18;
@@ -182,24 +180,85 @@ fn drop_cached(f: &File, off: u64, len: usize) {
 #[cfg(not(target_os = "linux"))]
 fn drop_cached(_f: &File, _off: u64, _len: usize) {}
 
+/// The jobs of `misses` into `slab`, whose slots are `slot_bytes` apart: one per slice.
+pub(crate) fn jobs(misses: &[Miss], slab: &Arc<DeviceBuffer>, slot_bytes: usize) -> Vec<Job> {
+    misses
+        .iter()
+        .flat_map(|m| {
+            let base = m.slot as usize * slot_bytes;
+            m.reads.iter().map(move |r| Job {
+                offset: r.offset,
+                len: r.len(),
+                dst: slab.clone(),
+                at: r.at(base),
+            })
+        })
+        .collect()
+}
+
 /// The host backend's provider with the C engine's pattern (`ds4 --backend host
-/// --ssd-streaming --ssd-streaming-c-engine-pattern`): an LRU-or-chosen [`ExpertCache`] whose
-/// misses are read by a [`CPatternLoader`] into a host "device" slab (pread → the host
+/// --ssd-streaming --ssd-streaming-c-engine-pattern`): an LRU-or-chosen cache ([`SlotLoader`])
+/// whose misses are read by a [`CPatternLoader`] into a host "device" slab (pread → the host
 /// backend's copy thread → wait → fadvise), the layer waiting for all of them; then each
 /// loaded expert is copied out of the slab into its own buffers for the stack (one memcpy per
 /// miss the C engine does not make: a small bias against this pattern, stated in
 /// docs/BENCHMARKS.md). No hash-layer prefetch, nothing pending: every fetch is ready.
 pub struct CPatternExperts<'a> {
-    model: &'a Ds4Model,
+    slots: SlotLoader<'a, HostBatch>,
+}
+
+/// The landing of [`CPatternExperts`]: batches only.
+pub(crate) struct HostBatch {
     loader: CPatternLoader,
     dev: Arc<dyn Device>,
     slab: Arc<DeviceBuffer>,
-    cache: ExpertCache,
+    slot_bytes: usize,
     slots: Vec<Option<Arc<ExpertData>>>,
-    expert_bytes: usize,
-    bytes_streamed: u64,
-    stall: Duration,
-    hist: Histogram<u64>,
+}
+
+impl Landing for HostBatch {
+    type Fill = ();
+    fn start(&mut self, m: &Miss) -> Result<Started<()>, DecodeError> {
+        Err(LoadError::Internal(format!(
+            "the c-engine pattern reads demand requests only (expert {} of layer {})",
+            m.key.expert, m.key.layer
+        ))
+        .into())
+    }
+    fn queue_down(&mut self, _f: &mut ()) -> Result<(), DecodeError> {
+        Ok(())
+    }
+    fn poll(&mut self, _f: &mut ()) -> bool {
+        true
+    }
+    fn finish(&mut self, _slot: SlotId, _f: ()) -> Result<(), DecodeError> {
+        Ok(())
+    }
+    fn abandon(&mut self, _f: ()) {}
+    fn batches(&self) -> bool {
+        true
+    }
+    fn load_batch(&mut self, misses: &[Miss]) -> Result<(), DecodeError> {
+        self.loader
+            .load(jobs(misses, &self.slab, self.slot_bytes))?;
+        for m in misses {
+            let base = m.slot as usize * self.slot_bytes;
+            let part = |r: &SliceRead| {
+                let mut v = vec![0u8; r.len()];
+                self.dev
+                    .read_d2h(&self.slab, r.at(base), &mut v)
+                    .map(|()| (r.place.ty, Bytes::from(v)))
+                    .map_err(LoadError::device("c-engine pattern: slab to host"))
+            };
+            let data = ExpertData {
+                gate: part(&m.reads[0])?,
+                up: part(&m.reads[1])?,
+                down: part(&m.reads[2])?,
+            };
+            self.slots[m.slot as usize] = Some(Arc::new(data));
+        }
+        Ok(())
+    }
 }
 
 impl<'a> CPatternExperts<'a> {
@@ -211,131 +270,37 @@ impl<'a> CPatternExperts<'a> {
         slots: usize,
         policy: PolicyKind,
     ) -> Result<Self, DecodeError> {
-        let k = model.shape.n_expert_used as usize;
-        let first = model
-            .layers
-            .first()
-            .ok_or_else(|| LoadError::layout("a model without layers"))?;
-        let eb = first.expert_bytes() as usize;
-        let max_slice = [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
-            .iter()
-            .map(|&kd| first.routed(kd).expert_bytes as usize)
+        let layout = super::slots::layout_of(model)?;
+        let max_slice = (0..model.layers.len())
+            .flat_map(|l| layout.places(l).iter().map(|p| p.len))
             .max()
             .unwrap_or(0);
-        let cache = ExpertCache::new(slots, k, eb as u64, policy)
-            .map_err(LoadError::cache("expert cache"))?;
-        let len = slots
-            .checked_mul(eb)
+        let slot_bytes = layout.slot_bytes();
+        let len = layout
+            .slab_bytes(slots)
             .ok_or_else(|| LoadError::layout("expert slab size overflows"))?;
         let slab = Arc::new(
             dev.alloc(len)
                 .map_err(LoadError::device("c-engine pattern slab"))?,
         );
-        Ok(Self {
-            model,
+        let landing = HostBatch {
             loader: CPatternLoader::new(path, dev.clone(), C_ENGINE_WORKERS, max_slice)?,
             dev,
             slab,
-            cache,
+            slot_bytes,
             slots: vec![None; slots],
-            expert_bytes: eb,
-            bytes_streamed: 0,
-            stall: Duration::ZERO,
-            hist: Histogram::new(3).expect("3 significant figures is valid"),
+        };
+        Ok(Self {
+            slots: SlotLoader::new(model, slots, policy, landing)?,
         })
     }
 }
 
 impl ExpertProvider for CPatternExperts<'_> {
     fn request(&mut self, layer: usize, ids: &[u32]) -> Result<Vec<Fetch>, DecodeError> {
-        let kinds = [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down];
-        let mut got = Vec::with_capacity(ids.len());
-        let mut missed = Vec::new();
-        let mut jobs = Vec::new();
-        for &e in ids {
-            let key = ExpertKey::new(layer as u16, e as u16);
-            match self.cache.lookup(key) {
-                Ok(Lookup::Hit(s)) | Ok(Lookup::Loading(s)) => got.push(s),
-                Ok(Lookup::Miss { slot, .. }) => {
-                    let mut at = slot as usize * self.expert_bytes;
-                    let mut parts = [(GgmlType::F32, 0usize, 0usize); 3];
-                    for (i, kd) in kinds.into_iter().enumerate() {
-                        let sl = match self.model.expert_slice(layer as u64, kd, u64::from(e)) {
-                            Ok(sl) => sl,
-                            Err(err) => {
-                                // Nothing will fill the slots reserved so far: free them.
-                                let _ = self.cache.fill_failed(slot);
-                                for (s, _) in &missed {
-                                    let _ = self.cache.fill_failed(*s);
-                                }
-                                return Err(LoadError::slice(format!(
-                                    "expert {e} of layer {layer}"
-                                ))(err)
-                                .into());
-                            }
-                        };
-                        let len = sl.len as usize;
-                        jobs.push(Job {
-                            offset: sl.offset,
-                            len,
-                            dst: self.slab.clone(),
-                            at,
-                        });
-                        let ty = self.model.layers[layer].routed(kd).tensor.ggml_type;
-                        parts[i] = (ty, at, len);
-                        at += len;
-                    }
-                    self.bytes_streamed += self.expert_bytes as u64;
-                    missed.push((slot, parts));
-                    got.push(slot);
-                }
-                Err(CacheError::Full { .. }) => {
-                    return Err(LoadError::Held {
-                        layer,
-                        slots: self.cache.capacity(),
-                        inflight: "",
-                    }
-                    .into())
-                }
-                Err(err) => return Err(LoadError::cache("expert cache")(err).into()),
-            }
-        }
-        if !jobs.is_empty() {
-            let t0 = Instant::now();
-            let r = self.loader.load(jobs);
-            let took = t0.elapsed();
-            self.stall += took;
-            if let Err(err) = r {
-                for (slot, _) in &missed {
-                    let _ = self.cache.fill_failed(*slot);
-                }
-                return Err(err);
-            }
-            for (slot, parts) in missed {
-                let part = |(ty, at, len): (GgmlType, usize, usize)| {
-                    let mut v = vec![0u8; len];
-                    self.dev
-                        .read_d2h(&self.slab, at, &mut v)
-                        .map(|()| (ty, Bytes::from(v)))
-                        .map_err(LoadError::device("c-engine pattern: slab to host"))
-                };
-                let data = ExpertData {
-                    gate: part(parts[0])?,
-                    up: part(parts[1])?,
-                    down: part(parts[2])?,
-                };
-                self.slots[slot as usize] = Some(Arc::new(data));
-                self.cache
-                    .fill_done(slot)
-                    .map_err(LoadError::cache("expert cache"))?;
-                let _ = self.hist.record((took.as_micros() as u64).max(1));
-            }
-        }
+        let got = self.slots.request(layer, ids, Ask::Demand)?;
         got.into_iter()
-            .map(|s| match &self.slots[s as usize] {
-                Some(d) => Ok(Fetch::Ready(d.clone())),
-                None => Err(LoadError::Internal(format!("slot {s} resident but empty")).into()),
-            })
+            .map(|s| resident(&self.slots.landing.slots, s).map(Fetch::Ready))
             .collect()
     }
 
@@ -344,18 +309,13 @@ impl ExpertProvider for CPatternExperts<'_> {
     }
 
     fn end_layer(&mut self, _layer: usize) {
-        self.cache.unpin_all();
+        self.slots.end_layer();
     }
 
     fn stats(&self) -> FetchStats {
         FetchStats {
-            cache: self.cache.stats(),
-            bytes_streamed: self.bytes_streamed,
-            stall: self.stall,
-            fetch_p50_us: self.hist.value_at_quantile(0.5),
-            fetch_p99_us: self.hist.value_at_quantile(0.99),
-            fetch_max_us: self.hist.max(),
-            ..FetchStats::default()
+            prefetched: 0,
+            ..self.slots.stats()
         }
     }
 }
