@@ -12,9 +12,9 @@
 //! three slices as `Bytes` from the engine's pool. Limits: no GPU slab yet; no speculative
 //! lookahead.
 
+use super::slots::{Ask, Landing, Miss, SlotLoader, Started};
 use super::{DecodeError, MoeWeights};
 use crate::decode::LoadError;
-use super::slots::{Ask, Landing, Miss, SlotLoader, Started};
 use crate::engine::{BytesTicket, Engine, EngineError};
 use crate::expert_cache::{CacheStats, ExpertKey, PolicyKind, SliceRead, SlotId};
 use crate::gguf::GgmlType;
@@ -251,7 +251,9 @@ impl Landing for BytesLanding<'_> {
 
     fn finish(&mut self, slot: SlotId, f: BytesFill) -> Result<(), DecodeError> {
         let w = what(f.key);
-        let down = f.down.ok_or_else(|| LoadError::Internal(format!("{w}: down not queued")))?;
+        let down = f
+            .down
+            .ok_or_else(|| LoadError::Internal(format!("{w}: down not queued")))?;
         let g = f.gate.wait().map_err(read_err(w.clone()))?;
         let u = f.up.wait().map_err(read_err(w.clone()))?;
         let d = down.wait().map_err(read_err(w))?;

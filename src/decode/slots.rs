@@ -429,3 +429,6 @@ pub(crate) fn slice_err(key: ExpertKey, err: LayoutError) -> DecodeError {
 pub(crate) fn read_bytes(m: &Miss) -> u64 {
     m.reads.iter().map(|r| r.len() as u64).sum()
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,6 +5,7 @@
 
 use super::{dev_err, f32s, GpuMoe};
 use crate::compute::f16::f16_to_f32;
+use crate::decode::slots::Ask;
 use crate::decode::{DecodeError, TokenTrace};
 use crate::device::GpuDevice;
 use crate::gguf::GgmlType;
@@ -53,10 +54,8 @@ impl<D: GpuDevice> GpuMoe<'_, D> {
         let k = w.params.n_used;
         for (l, lw) in w.layers.iter().enumerate().skip(n_full) {
             if let Some(tid) = &lw.tid2eid {
-                let ids = tid[t as usize * k..(t as usize + 1) * k].to_vec();
-                let before = self.pending.len();
-                self.request(l, &ids, true)?;
-                self.prefetched += (self.pending.len() - before) as u64;
+                let ids = &tid[t as usize * k..(t as usize + 1) * k];
+                self.slots.prefetch(l, ids)?;
             }
         }
         Ok(())
@@ -128,11 +127,7 @@ impl<D: GpuDevice> GpuMoe<'_, D> {
             Some(r) => (r[l].experts.clone(), r[l].weights.clone()),
             None => crate::decode::stack::route(p, lw, t, &pr)?,
         };
-        if let Some((gl, g)) = self.guess.take() {
-            if gl == l {
-                self.spec[1] += ids.iter().filter(|e| g.contains(e)).count() as u64;
-            }
-        }
+        self.slots.note_demand(l, &ids);
         Ok(Routing {
             ids,
             weights,
@@ -154,29 +149,29 @@ impl<D: GpuDevice> GpuMoe<'_, D> {
         if let Some((full, _)) = self.full.as_ref().filter(|f| l < f.1) {
             let x = self.w.params.n_expert;
             for (j, &id) in r.ids.iter().enumerate() {
-                let base = (l * x + id as usize) * self.expert_bytes;
-                self.expert_at(full, base, &self.s.o[j], clamp)
+                let base = (l * x + id as usize) * self.slots.layout.slot_bytes();
+                self.expert_at(full, l, base, &self.s.o[j], clamp)
                     .map_err(dev_err("routed expert"))?;
             }
         }
         let slots = if l < n_full {
             Vec::new()
         } else {
-            self.request(l, &r.ids, false)?
+            self.slots.request(l, &r.ids, Ask::Demand)?
         };
         if let Some(g) = &r.guess {
             self.speculate(l + 1, g)?;
         }
         for (j, &slot) in slots.iter().enumerate() {
-            if !self.is_pending(slot) {
-                self.expert(slot, &self.s.o[j], clamp)
+            if !self.slots.is_pending(slot) {
+                self.expert(l, slot, &self.s.o[j], clamp)
                     .map_err(dev_err("routed expert"))?;
             }
         }
         for (j, &slot) in slots.iter().enumerate() {
-            if self.is_pending(slot) {
-                self.ready(slot)?;
-                self.expert(slot, &self.s.o[j], clamp)
+            if self.slots.is_pending(slot) {
+                self.slots.ready(slot)?;
+                self.expert(l, slot, &self.s.o[j], clamp)
                     .map_err(dev_err("routed expert"))?;
             }
         }

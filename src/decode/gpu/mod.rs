@@ -32,21 +32,17 @@ mod fetch;
 mod layer;
 mod ram_tier;
 
-use super::c_pattern::CPatternLoader;
-use super::experts::SpecLookups;
+use super::slots::{layout_of, Ask, SlotLoader};
 use super::{DecodeError, FetchStats, MoeWeights, TokenTrace};
 use crate::decode::LoadError;
 use crate::device::{DeviceBuffer, DeviceError, GpuDevice, PinnedBuf};
 use crate::engine::{Engine, ReadRequest};
-use crate::expert_cache::{ExpertCache, ExpertKey, PolicyKind, SlotId};
+use crate::expert_cache::{ExpertKey, PolicyKind, SlotId};
 use crate::gguf::GgmlType;
-use crate::model::{Ds4Model, ExpertKind};
-use fetch::Pending;
-use hdrhistogram::Histogram;
+use crate::model::Ds4Model;
+use fetch::SlabLanding;
 use ram_tier::RamTier;
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 fn dev_err(what: &str) -> impl FnOnce(DeviceError) -> DecodeError + '_ {
     move |e| LoadError::device(format!("gpu {what}"))(e).into()
@@ -88,33 +84,17 @@ pub struct GpuMoe<'a, D: GpuDevice> {
     w: &'a MoeWeights,
     layers: Vec<GpuLayer>,
     s: Scratch,
-    /// Expert slab: `slots` × expert bytes (gate | up | down).
-    slab: Arc<DeviceBuffer>,
-    /// `--ssd-streaming-full-layers`: a slab with every expert of the first n layers.
+    /// The expert cache: its slots in a device slab (`SlotLayout`: gate | up | down), filled
+    /// through the engine, the RAM tier or the C engine's pattern.
+    slots: SlotLoader<'a, SlabLanding<'a, D>>,
+    /// `--ssd-streaming-full-layers`: a slab with every expert of the first n layers (the same
+    /// slot layout).
     full: Option<(Arc<DeviceBuffer>, usize)>,
-    expert_bytes: usize,
-    /// Offsets of up and down inside an expert, and the three types.
-    parts: [(usize, usize, GgmlType); 3],
     ff: usize,
-    cache: ExpertCache,
-    pending: HashMap<SlotId, Pending>,
-    bytes_streamed: u64,
-    stall: Duration,
-    prefetched: u64,
-    hist: Histogram<u64>,
     /// What each allocation step asked for and what it took from the device's free memory.
     alloc_steps: Vec<AllocStep>,
-    /// Speculative lookahead (`--ssd-streaming-lookahead`): on, and the last guess.
+    /// Speculative lookahead (`--ssd-streaming-lookahead`).
     lookahead: bool,
-    guess: Option<(usize, Vec<u32>)>,
-    /// Guessed, used by their layer, reads the guesses started.
-    spec: [u64; 3],
-    /// The guesses' own cache lookups, kept out of the reported hit rate.
-    spec_lookups: SpecLookups,
-    /// `--ssd-streaming-c-engine-pattern`: misses read by the C engine's pattern instead.
-    c_pattern: Option<CPatternLoader>,
-    /// `--ram-streaming-cache-experts`: experts in pinned host RAM under the device cache.
-    ram: Option<RamTier>,
 }
 
 /// One allocation step of [`GpuMoe`], measured: the bytes asked for and the drop of the
@@ -215,18 +195,8 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             free0,
             free1,
         ));
-        let first = model
-            .layers
-            .first()
-            .ok_or_else(|| LoadError::layout("a model without layers"))?;
-        let part = |k: ExpertKind| {
-            let r = first.routed(k);
-            (r.expert_bytes as usize, r.tensor.ggml_type)
-        };
-        let (gb, gt) = part(ExpertKind::Gate);
-        let (ub, ut) = part(ExpertKind::Up);
-        let (db, dt) = part(ExpertKind::Down);
-        let expert_bytes = gb + ub + db;
+        let layout = layout_of(model)?;
+        let slot_bytes = layout.slot_bytes();
         let ff = model.shape.expert_ff as usize;
         let shared_ff = layers
             .iter()
@@ -257,8 +227,8 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         alloc_steps.push(step("decode scratch vectors", scratch_bytes, free1, free2));
         let total = model.n_routed_experts() as usize;
         let n_slots = slots.unwrap_or(total).min(total);
-        let slab_len = n_slots
-            .checked_mul(expert_bytes)
+        let slab_len = layout
+            .slab_bytes(n_slots)
             .ok_or_else(|| LoadError::layout("expert slab size overflows"))?;
         let slab = Arc::new(dev.alloc(slab_len).map_err(dev_err("expert slab"))?);
         alloc_steps.push(step(
@@ -267,8 +237,14 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             free2,
             free_now(&*dev),
         ));
-        let cache = ExpertCache::new(n_slots, k, expert_bytes as u64, policy)
-            .map_err(LoadError::cache("expert cache"))?;
+        let landing = SlabLanding {
+            engine,
+            dev: dev.clone(),
+            slab,
+            slot_bytes,
+            ram: None,
+            c_pattern: None,
+        };
         let mut me = Self {
             dev,
             engine,
@@ -276,61 +252,56 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             w,
             layers,
             s,
-            slab,
+            slots: SlotLoader::new(model, n_slots, policy, landing)?,
             full: None,
-            expert_bytes,
-            parts: [(0, gb, gt), (gb, ub, ut), (gb + ub, db, dt)],
             ff,
-            cache,
-            pending: HashMap::new(),
-            bytes_streamed: 0,
-            stall: Duration::ZERO,
-            prefetched: 0,
-            hist: Histogram::new(3).expect("3 significant figures is valid"),
             alloc_steps,
             lookahead: false,
-            guess: None,
-            spec: [0; 3],
-            spec_lookups: SpecLookups::default(),
-            c_pattern: None,
-            ram: None,
         };
         if slots.is_none() {
             // Resident: every expert read now, layer by layer.
             for l in 0..model.layers.len() {
                 let ids: Vec<u32> = (0..model.shape.n_expert as u32).collect();
                 for chunk in ids.chunks(k) {
-                    let slots = me.request(l, chunk, false)?;
-                    for s in slots {
-                        me.ready(s)?;
+                    let got = me.slots.request(l, chunk, Ask::Demand)?;
+                    for s in got {
+                        me.slots.ready(s)?;
                     }
-                    me.cache.unpin_all();
+                    me.slots.cache.unpin_all();
                 }
             }
-            me.bytes_streamed = 0;
+            me.slots.reset_counters();
         }
         Ok(me)
     }
 
-    /// gate/up matvecs, SwiGLU-clamp, down matvec of the expert in `slot` into `out`.
-    fn expert(&self, slot: SlotId, out: &Arc<DeviceBuffer>, clamp: f32) -> Result<(), DeviceError> {
-        self.expert_at(&self.slab, slot as usize * self.expert_bytes, out, clamp)
+    /// gate/up matvecs, SwiGLU-clamp, down matvec of layer `l`'s expert in `slot` into `out`.
+    fn expert(
+        &self,
+        l: usize,
+        slot: SlotId,
+        out: &Arc<DeviceBuffer>,
+        clamp: f32,
+    ) -> Result<(), DeviceError> {
+        let base = slot as usize * self.slots.layout.slot_bytes();
+        self.expert_at(&self.slots.landing.slab, l, base, out, clamp)
     }
 
-    /// The same for the expert stored at `buf[base..]`.
+    /// The same for layer `l`'s expert whose slot starts at `buf[base..]`.
     fn expert_at(
         &self,
         buf: &Arc<DeviceBuffer>,
+        l: usize,
         base: usize,
         out: &Arc<DeviceBuffer>,
         clamp: f32,
     ) -> Result<(), DeviceError> {
         let (e, ff, s) = (self.w.params.n_embd, self.ff, &self.s);
-        let [(go, _, gt), (uo, _, ut), (dof, _, dt)] = self.parts;
-        self.dev.matvec(gt, buf, base + go, &s.x, &s.g, ff, e)?;
-        self.dev.matvec(ut, buf, base + uo, &s.x, &s.u, ff, e)?;
+        let [g, u, d] = *self.slots.layout.places(l);
+        self.dev.matvec(g.ty, buf, base + g.at, &s.x, &s.g, ff, e)?;
+        self.dev.matvec(u.ty, buf, base + u.at, &s.x, &s.u, ff, e)?;
         self.dev.swiglu_clamp(&s.g, &s.u, &s.a, ff, clamp)?;
-        self.dev.matvec(dt, buf, base + dof, &s.a, out, e, ff)
+        self.dev.matvec(d.ty, buf, base + d.at, &s.a, out, e, ff)
     }
 
     /// The allocation steps so far, each with the bytes asked for and the drop of free device
@@ -344,7 +315,8 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
     pub fn with_full_layers(mut self, n: usize) -> Result<Self, DecodeError> {
         let n = n.min(self.model.layers.len());
         let x = self.model.shape.n_expert as usize;
-        let len = n * x * self.expert_bytes;
+        let sb = self.slots.layout.slot_bytes();
+        let len = n * x * sb;
         let before = free_now(&*self.dev);
         let slab = Arc::new(self.dev.alloc(len).map_err(dev_err("full-layer slab"))?);
         self.alloc_steps.push(step(
@@ -356,21 +328,15 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         for l in 0..n {
             let mut reqs = Vec::with_capacity(3 * x);
             for e in 0..x {
-                for (i, kind) in [ExpertKind::Gate, ExpertKind::Up, ExpertKind::Down]
-                    .into_iter()
-                    .enumerate()
-                {
-                    let sl = self
-                        .model
-                        .expert_slice(l as u64, kind, e as u64)
-                        .map_err(LoadError::slice(format!("expert {e} of layer {l}")))?;
-                    let at = (l * x + e) * self.expert_bytes + self.parts[i].0;
-                    reqs.push(ReadRequest::new(
-                        sl.offset,
-                        sl.len as usize,
-                        slab.clone(),
-                        at,
-                    ));
+                let key = ExpertKey::new(l as u16, e as u16);
+                let reads = self
+                    .slots
+                    .layout
+                    .reads(self.model, key)
+                    .map_err(|err| crate::decode::slots::slice_err(key, err))?;
+                for r in reads {
+                    let at = r.at((l * x + e) * sb);
+                    reqs.push(ReadRequest::new(r.offset, r.len(), slab.clone(), at));
                 }
             }
             self.engine
@@ -389,32 +355,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
     /// Returns how many were read.
     pub fn preload(&mut self, keys: &[ExpertKey]) -> Result<usize, DecodeError> {
         let skip = self.full.as_ref().map_or(0, |f| f.1);
-        let mut n = 0;
-        for chunk in keys.chunks(64) {
-            let mut slots = Vec::new();
-            let mut stopped = false;
-            for k in chunk.iter().filter(|k| k.layer as usize >= skip) {
-                let got = self.request(k.layer as usize, &[k.expert as u32], true)?;
-                if got.is_empty() {
-                    stopped = true;
-                    break;
-                }
-                slots.extend(got);
-            }
-            for s in slots {
-                if self.is_pending(s) {
-                    self.ready(s)?;
-                    n += 1;
-                }
-            }
-            self.cache.unpin_all();
-            if stopped {
-                break;
-            }
-        }
-        self.bytes_streamed = 0;
-        self.hist.reset();
-        Ok(n)
+        self.slots.preload(keys, skip)
     }
 
     /// Token `t` through every layer on the GPU: h (read back) and the routing.
@@ -434,7 +375,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         let n_full = self.full.as_ref().map_or(0, |f| f.1);
         // Hash layers: their experts are known from the token id; read them now (the C
         // engine's pattern reads a layer's misses when it gets there).
-        if self.c_pattern.is_none() {
+        if self.slots.landing.c_pattern.is_none() {
             self.prefetch_hash_layers(t, n_full)?;
         }
         let mut trace = Vec::with_capacity(self.w.layers.len());
@@ -445,9 +386,8 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             self.combine(l, &r.weights, clamp)?;
             // Reads that landed (prefetches, guesses) become resident; then everything not
             // loading is evictable again.
-            self.harvest();
-            self.cache.unpin_all();
-            if let Some(r) = self.ram.as_mut() {
+            self.slots.end_layer();
+            if let Some(r) = self.slots.landing.ram.as_mut() {
                 r.cache.unpin_all();
             }
             trace.push(TokenTrace {
@@ -464,19 +404,9 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
     }
 
     pub fn stats(&self) -> FetchStats {
-        let cache = self.spec_lookups.demand(self.cache.stats());
         FetchStats {
-            cache,
-            bytes_streamed: self.bytes_streamed,
-            stall: self.stall,
-            fetch_p50_us: self.hist.value_at_quantile(0.5),
-            fetch_p99_us: self.hist.value_at_quantile(0.99),
-            fetch_max_us: self.hist.max(),
-            prefetched: self.prefetched,
-            ram: self.ram.as_ref().map(RamTier::stats),
-            lookahead_predicted: self.spec[0],
-            lookahead_used: self.spec[1],
-            lookahead_reads: self.spec[2],
+            ram: self.slots.landing.ram.as_ref().map(RamTier::stats),
+            ..self.slots.stats()
         }
     }
 }
