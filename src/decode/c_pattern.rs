@@ -203,8 +203,8 @@ pub(crate) fn jobs(misses: &[Miss], slab: &Arc<DeviceBuffer>, slot_bytes: usize)
 /// loaded expert is copied out of the slab into its own buffers for the stack (one memcpy per
 /// miss the C engine does not make: a small bias against this pattern, stated in
 /// docs/BENCHMARKS.md). No hash-layer prefetch, nothing pending: every fetch is ready.
-pub struct CPatternExperts<'a> {
-    slots: SlotLoader<'a, HostBatch>,
+pub struct CPatternExperts {
+    slots: SlotLoader<HostBatch>,
 }
 
 /// The landing of [`CPatternExperts`]: batches only.
@@ -261,11 +261,11 @@ impl Landing for HostBatch {
     }
 }
 
-impl<'a> CPatternExperts<'a> {
+impl CPatternExperts {
     /// `slots` experts (at least one layer's K) of `model` read from `path`.
     pub fn new(
         path: &Path,
-        model: &'a Ds4Model,
+        model: &Ds4Model,
         dev: Arc<dyn Device>,
         slots: usize,
         policy: PolicyKind,
@@ -296,7 +296,7 @@ impl<'a> CPatternExperts<'a> {
     }
 }
 
-impl ExpertProvider for CPatternExperts<'_> {
+impl ExpertProvider for CPatternExperts {
     fn request(&mut self, layer: usize, ids: &[u32]) -> Result<Vec<Fetch>, DecodeError> {
         let got = self.slots.request(layer, ids, Ask::Demand)?;
         got.into_iter()

@@ -290,7 +290,7 @@ pub struct StreamedExperts<'a> {
     model: &'a Ds4Model,
     /// The first layers' experts, all resident (`--ssd-streaming-full-layers`).
     full: ResidentExperts,
-    slots: SlotLoader<'a, BytesLanding<'a>>,
+    slots: SlotLoader<BytesLanding<'a>>,
 }
 
 impl<'a> StreamedExperts<'a> {

@@ -79,8 +79,7 @@ struct Pending<F> {
 }
 
 /// See the module docs.
-pub(crate) struct SlotLoader<'a, L: Landing> {
-    model: &'a Ds4Model,
+pub(crate) struct SlotLoader<L: Landing> {
     pub(crate) cache: ExpertCache,
     pub(crate) layout: SlotLayout,
     pub(crate) landing: L,
@@ -96,10 +95,10 @@ pub(crate) struct SlotLoader<'a, L: Landing> {
     spec_lookups: SpecLookups,
 }
 
-impl<'a, L: Landing> SlotLoader<'a, L> {
+impl<L: Landing> SlotLoader<L> {
     /// A cache of `slots` experts with `policy` (at least one layer's K) over `landing`.
     pub fn new(
-        model: &'a Ds4Model,
+        model: &Ds4Model,
         slots: usize,
         policy: PolicyKind,
         landing: L,
@@ -109,7 +108,6 @@ impl<'a, L: Landing> SlotLoader<'a, L> {
         let cache = ExpertCache::new(slots, k, layout.slot_bytes() as u64, policy)
             .map_err(LoadError::cache("expert cache"))?;
         Ok(Self {
-            model,
             cache,
             layout,
             landing,
@@ -151,7 +149,7 @@ impl<'a, L: Landing> SlotLoader<'a, L> {
                 }
             };
             out.push(slot);
-            let reads = match self.layout.reads(self.model, key) {
+            let reads = match self.layout.reads(key) {
                 Ok(r) => r,
                 Err(err) => {
                     let _ = self.cache.fill_failed(slot);

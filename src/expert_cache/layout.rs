@@ -8,7 +8,7 @@
 //! 4095 B per slot.
 
 use crate::gguf::GgmlType;
-use crate::model::{Ds4Model, ExpertKind, ModelError};
+use crate::model::{Ds4Model, ExpertKind, ModelError, RoutedTensor};
 
 use super::ExpertKey;
 
@@ -68,9 +68,11 @@ pub enum LayoutError {
 }
 
 /// See the module docs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SlotLayout {
     layers: Vec<[SlicePlace; 3]>,
+    /// Per layer gate, up and down as the model maps them (the file ranges of each expert).
+    routed: Vec<[RoutedTensor; 3]>,
     slot_bytes: usize,
 }
 
@@ -81,6 +83,7 @@ fn align_up(v: u64, a: u64) -> Option<u64> {
 impl SlotLayout {
     pub fn new(model: &Ds4Model) -> Result<Self, LayoutError> {
         let mut layers = Vec::with_capacity(model.layers.len());
+        let mut routed = Vec::with_capacity(model.layers.len());
         let mut slot = 0u64;
         for l in &model.layers {
             let mut at = 0u64;
@@ -103,12 +106,17 @@ impl SlotLayout {
             }
             slot = slot.max(align_up(at, SLOT_ALIGN).ok_or(LayoutError::Overflow)?);
             layers.push(places);
+            routed.push(KINDS.map(|k| l.routed(k).clone()));
         }
         if layers.is_empty() {
             return Err(LayoutError::NoLayers);
         }
         let slot_bytes = usize::try_from(slot).map_err(|_| LayoutError::Overflow)?;
-        Ok(Self { layers, slot_bytes })
+        Ok(Self {
+            layers,
+            routed,
+            slot_bytes,
+        })
     }
 
     /// Bytes per slot (a slab holds its slots back to back).
@@ -126,8 +134,9 @@ impl SlotLayout {
         slots.checked_mul(self.slot_bytes)
     }
 
-    /// The three reads of `key` (gate, up, down): file ranges from `model`, places from here.
-    pub fn reads(&self, model: &Ds4Model, key: ExpertKey) -> Result<[SliceRead; 3], LayoutError> {
+    /// The three reads of `key` (gate, up, down): file ranges as the model maps them, places
+    /// inside the slot.
+    pub fn reads(&self, key: ExpertKey) -> Result<[SliceRead; 3], LayoutError> {
         let places = self
             .layers
             .get(key.layer as usize)
@@ -136,9 +145,10 @@ impl SlotLayout {
             offset: 0,
             place: places[0],
         }; 3];
-        for ((o, kind), place) in out.iter_mut().zip(KINDS).zip(places) {
-            let s = model
-                .expert_slice(key.layer.into(), kind, key.expert.into())
+        let routed = &self.routed[key.layer as usize];
+        for ((o, rt), place) in out.iter_mut().zip(routed).zip(places) {
+            let s = rt
+                .slice(key.expert.into())
                 .map_err(|source| LayoutError::Slice {
                     layer: key.layer,
                     expert: key.expert,

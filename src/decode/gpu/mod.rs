@@ -86,7 +86,7 @@ pub struct GpuMoe<'a, D: GpuDevice> {
     s: Scratch,
     /// The expert cache: its slots in a device slab (`SlotLayout`: gate | up | down), filled
     /// through the engine, the RAM tier or the C engine's pattern.
-    slots: SlotLoader<'a, SlabLanding<'a, D>>,
+    slots: SlotLoader<SlabLanding<'a, D>>,
     /// `--ssd-streaming-full-layers`: a slab with every expert of the first n layers (the same
     /// slot layout).
     full: Option<(Arc<DeviceBuffer>, usize)>,
@@ -332,7 +332,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
                 let reads = self
                     .slots
                     .layout
-                    .reads(self.model, key)
+                    .reads(key)
                     .map_err(|err| crate::decode::slots::slice_err(key, err))?;
                 for r in reads {
                     let at = r.at((l * x + e) * sb);

@@ -71,7 +71,7 @@ impl Landing for Rec {
     }
 }
 
-fn loader(model: &Ds4Model, slots: usize, rec: Rec) -> SlotLoader<'_, Rec> {
+fn loader(model: &Ds4Model, slots: usize, rec: Rec) -> SlotLoader<Rec> {
     SlotLoader::new(model, slots, PolicyKind::Lru, rec).unwrap()
 }
 
