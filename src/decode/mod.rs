@@ -27,7 +27,7 @@ mod experts;
 mod gpu;
 mod load_error;
 mod popularity;
-mod slots;
+pub(crate) mod slots;
 mod stack;
 mod weights;
 

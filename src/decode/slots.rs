@@ -134,6 +134,7 @@ impl<L: Landing> SlotLoader<L> {
         let mut out = Vec::with_capacity(ids.len());
         let mut started = Vec::new();
         let mut batched: Vec<Miss> = Vec::new();
+        let mut failed = None;
         for &e in ids {
             let key = ExpertKey::new(layer as u16, e as u16);
             let slot = match self.lookup(key, &out, ask) {
@@ -144,8 +145,8 @@ impl<L: Landing> SlotLoader<L> {
                 }
                 Ok(Some(Lookup::Miss { slot, .. })) => slot,
                 Err(err) => {
-                    self.free(&batched);
-                    return Err(err);
+                    failed = Some(err);
+                    break;
                 }
             };
             out.push(slot);
@@ -153,8 +154,8 @@ impl<L: Landing> SlotLoader<L> {
                 Ok(r) => r,
                 Err(err) => {
                     let _ = self.cache.fill_failed(slot);
-                    self.free(&batched);
-                    return Err(slice_err(key, err));
+                    failed = Some(slice_err(key, err));
+                    break;
                 }
             };
             let miss = Miss { key, slot, reads };
@@ -174,16 +175,25 @@ impl<L: Landing> SlotLoader<L> {
                 }
                 Err(err) => {
                     let _ = self.cache.fill_failed(slot);
-                    return Err(err);
+                    failed = Some(err);
+                    break;
                 }
             }
         }
-        // Every miss's gate and up are queued; now the downs (needed last by each expert). A
-        // failure leaves the fill pending: `ready` queues the down again (or fails the slot).
+        // Every miss's gate and up are queued; now the downs (needed last by each expert), also
+        // those of the fills started before a failure. A failed one stays pending: `ready`
+        // queues the down again (or fails the slot).
+        let mut down_err = None;
         for s in started {
             if let Some(p) = self.pending.get_mut(&s) {
-                self.landing.queue_down(&mut p.fill)?;
+                if let Err(e) = self.landing.queue_down(&mut p.fill) {
+                    down_err.get_or_insert(e);
+                }
             }
+        }
+        if let Some(e) = failed.or(down_err) {
+            self.free(&batched);
+            return Err(e);
         }
         if !batched.is_empty() {
             self.load_batch(batched)?;
@@ -263,6 +273,11 @@ impl<L: Landing> SlotLoader<L> {
 
     pub fn is_pending(&self, slot: SlotId) -> bool {
         self.pending.contains_key(&slot)
+    }
+
+    /// Fills in flight.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
     }
 
     /// Waits until `slot`'s bytes are in place (no-op when it is not being filled); the wait

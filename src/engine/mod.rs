@@ -33,7 +33,7 @@ pub use pipeline::{
     chunk_count as plan_chunk_count, chunks as plan_chunks, widen as plan_widen,
     GRID_ALIGN as PLAN_GRID_ALIGN,
 };
-pub use request::{ReadRequest, Ticket};
+pub use request::{ReadRequest, Ticket, TicketWatch};
 pub use stats::{Latency, StatsSnapshot};
 
 use crate::device::{Device, DeviceBuffer, PINNED_ALIGN};

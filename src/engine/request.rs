@@ -111,6 +111,11 @@ impl Ticket {
         self.c.is_done()
     }
 
+    /// A handle that can wait for this batch to finish from another thread.
+    pub fn watch(&self) -> TicketWatch {
+        TicketWatch { c: self.c.clone() }
+    }
+
     /// Blocks until every range of the batch has arrived, or the first error.
     pub fn wait(self) -> Result<(), EngineError> {
         let mut st = self.c.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -140,6 +145,24 @@ impl Ticket {
             }
         }
         Ok(self.wait())
+    }
+}
+
+/// A second handle on a ticket's completion ([`Ticket::watch`]): waits until the batch is over
+/// without taking its result (the ticket keeps that). For a thread that only needs to know
+/// when to look.
+#[derive(Clone)]
+pub struct TicketWatch {
+    c: Arc<Completion>,
+}
+
+impl TicketWatch {
+    /// Blocks until the batch has completed (ok or not).
+    pub fn wait(&self) {
+        let mut st = self.c.state.lock().unwrap_or_else(PoisonError::into_inner);
+        while !st.done {
+            st = self.c.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
     }
 }
 

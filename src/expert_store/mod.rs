@@ -11,44 +11,43 @@
 //!   last one lets go.
 //! - [`ExpertStore::prefetch`] starts reads without pinning (a hint: it stops when no slot can
 //!   be evicted).
-//! - A completer thread waits for the reads in the order they were started, marks slots
-//!   resident (or frees them on failure: the error goes to every holder waiting on that read, a
-//!   later acquire reads again) and wakes the waiters.
+//! - The slots are filled by the decode path's loader (`decode::slots::SlotLoader`, behind the
+//!   store's lock, over [`landing::StoreLanding`]): the same lookups, the same gate/up-before-down
+//!   order, the same counters as `ds4 --ssd-streaming` on the host and the GPU. A completer
+//!   thread waits for each read's ticket (outside the lock), then lets the loader harvest: slots
+//!   whose reads are all in become resident; a failed one leaves the cache, its error goes to
+//!   every holder waiting on it, and a later acquire reads it again.
 //!
-//! Slot layout: gate at 0, up and down each at the next multiple of [`SLICE_ALIGN`], slots
-//! [`SLOT_ALIGN`]-aligned in one allocation from `engine.device()`. On GPU backends the slots are
-//! device memory (reads staged through the engine's pinned ring); on the host backend they are
-//! host memory the engine reads straight into.
+//! Slot layout: [`SlotLayout`] (gate at 0, up and down each at the next multiple of
+//! [`SLICE_ALIGN`], slots [`SLOT_ALIGN`]-aligned), one allocation from `engine.device()`. On GPU
+//! backends the slots are device memory (reads staged through the engine's pinned ring); on the
+//! host backend they are host memory the engine reads straight into.
 //!
-//! Limits: one slab for all layers (a slot fits the largest expert); reads complete in the
-//! order they were started (a fast read waits behind a slow one for its completion); a full
-//! cache (every slot pinned by holders) is an error, not a wait. `decode::StreamedExperts` and
-//! `decode::GpuMoe` keep their own slot loaders; they could move onto this module.
+//! Limits: one slab for all layers (a slot fits the largest expert); a full cache (every slot
+//! pinned by holders, nothing in flight) is an error, not a wait.
 
+use crate::decode::slots::{Ask, SlotLoader};
+use crate::decode::{DecodeError, LoadError};
 use crate::device::{DeviceBuffer, DeviceError};
-use crate::engine::{Engine, EngineError, ReadRequest};
-use crate::expert_cache::{
-    CacheError, CacheStats, ExpertCache, ExpertKey, Lookup, PolicyKind, SlotId,
-};
-use crate::model::{Ds4Model, ExpertKind};
-use crossbeam_channel::{unbounded, Sender};
+use crate::engine::{Engine, EngineError, TicketWatch};
+pub use crate::expert_cache::layout::{SLICE_ALIGN, SLOT_ALIGN};
+use crate::expert_cache::{CacheError, CacheStats, ExpertKey, PolicyKind, SlotId, SlotLayout};
+use crate::model::Ds4Model;
+use crossbeam_channel::{unbounded, Receiver};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod landing;
 mod state;
 #[cfg(test)]
 mod tests;
 
+use landing::StoreLanding;
 pub use state::ExpertPins;
-use state::{completer, release, Held, Load, Shared, SlotInfo, State};
-
-/// Alignment of each slice inside a slot (enough for any GPU kernel's vector loads).
-pub const SLICE_ALIGN: u64 = 256;
-/// Alignment of slots in the slab.
-pub const SLOT_ALIGN: u64 = 4096;
+use state::{release, Held, Shared, SlotInfo, State};
 
 /// Why the store refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -103,27 +102,13 @@ pub struct StoreStats {
     pub pinned_slots: u64,
 }
 
-/// Where each slice of a layer's experts goes inside a slot: (offset, len).
-#[derive(Clone, Copy, Debug)]
-struct SlotLayout {
-    gate: (u64, u64),
-    up: (u64, u64),
-    down: (u64, u64),
-}
-
-fn align_up(v: u64, a: u64) -> Option<u64> {
-    v.checked_add(a - 1).map(|x| x / a * a)
-}
-
 /// See the module docs.
 pub struct ExpertStore {
     engine: Arc<Engine>,
     model: Arc<Ds4Model>,
     slab: Arc<DeviceBuffer>,
-    slot_bytes: u64,
-    layouts: Vec<SlotLayout>,
+    layout: SlotLayout,
     shared: Arc<Shared>,
-    loads: Option<Sender<Load>>,
     completer: Option<JoinHandle<()>>,
 }
 
@@ -136,35 +121,14 @@ impl ExpertStore {
         slots: usize,
         policy: PolicyKind,
     ) -> Result<Self, StoreError> {
-        let mut layouts = Vec::with_capacity(model.layers.len());
-        let mut slot_bytes = 0u64;
-        let bad = || StoreError::Layout("expert sizes overflow".into());
-        for l in &model.layers {
-            let g = l.gate.expert_bytes;
-            let up_at = align_up(g, SLICE_ALIGN).ok_or_else(bad)?;
-            let down_at = up_at
-                .checked_add(l.up.expert_bytes)
-                .and_then(|v| align_up(v, SLICE_ALIGN))
-                .ok_or_else(bad)?;
-            let end = down_at.checked_add(l.down.expert_bytes).ok_or_else(bad)?;
-            slot_bytes = slot_bytes.max(align_up(end, SLOT_ALIGN).ok_or_else(bad)?);
-            layouts.push(SlotLayout {
-                gate: (0, g),
-                up: (up_at, l.up.expert_bytes),
-                down: (down_at, l.down.expert_bytes),
-            });
-        }
-        if layouts.is_empty() {
-            return Err(StoreError::Layout("the model has no layers".into()));
-        }
+        let layout = SlotLayout::new(&model).map_err(|e| StoreError::Layout(e.to_string()))?;
+        let slot_bytes = layout.slot_bytes() as u64;
         let k = model.shape.n_expert_used as usize;
-        let cache = ExpertCache::new(slots, k, slot_bytes, policy)?;
-        let total = (slots as u64)
-            .checked_mul(slot_bytes)
-            .and_then(|t| usize::try_from(t).ok())
-            .ok_or_else(|| {
-                StoreError::Layout(format!("{slots} slots of {slot_bytes} bytes overflow"))
-            })?;
+        // The cache's own checks (fewer slots than K) before the slab is allocated.
+        crate::expert_cache::ExpertCache::new(slots, k, slot_bytes, policy)?;
+        let total = layout.slab_bytes(slots).ok_or_else(|| {
+            StoreError::Layout(format!("{slots} slots of {slot_bytes} bytes overflow"))
+        })?;
         let slab = engine
             .device()
             .alloc(total)
@@ -173,17 +137,28 @@ impl ExpertStore {
                 slot_bytes,
                 source,
             })?;
+        let slab = Arc::new(slab);
+        let (tx, rx) = unbounded();
+        let landing = StoreLanding {
+            engine: Arc::clone(&engine),
+            slab: Arc::clone(&slab),
+            slot_bytes: layout.slot_bytes(),
+            watches: Some(tx),
+            failures: Vec::new(),
+            start_error: None,
+        };
+        let loader = SlotLoader::new(&model, slots, policy, landing).map_err(|e| match e {
+            DecodeError::Load(LoadError::Cache { source, .. }) => StoreError::Cache(source),
+            other => StoreError::Layout(other.to_string()),
+        })?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                cache,
+                loader,
                 info: vec![SlotInfo::default(); slots],
                 failed: HashMap::new(),
-                in_flight: 0,
-                bytes_streamed: 0,
             }),
             cv: Condvar::new(),
         });
-        let (tx, rx) = unbounded();
         let sh = Arc::clone(&shared);
         let completer = std::thread::Builder::new()
             .name("ds4-experts".into())
@@ -192,11 +167,9 @@ impl ExpertStore {
         Ok(Self {
             engine,
             model,
-            slab: Arc::new(slab),
-            slot_bytes,
-            layouts,
+            slab,
+            layout,
             shared,
-            loads: Some(tx),
             completer: Some(completer),
         })
     }
@@ -207,22 +180,28 @@ impl ExpertStore {
         &self.slab
     }
 
+    /// The engine the slots are read through (its device holds the slab).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     /// Bytes per slot (the slab holds `capacity()` of them back to back).
     pub fn slot_bytes(&self) -> u64 {
-        self.slot_bytes
+        self.layout.slot_bytes() as u64
     }
 
     pub fn capacity(&self) -> usize {
-        self.shared.lock().cache.capacity()
+        self.shared.lock().loader.cache.capacity()
     }
 
     pub fn stats(&self) -> StoreStats {
         let st = self.shared.lock();
+        let l = &st.loader;
         StoreStats {
-            cache: st.cache.stats(),
-            bytes_streamed: st.bytes_streamed,
-            loads_in_flight: st.in_flight,
-            pinned_slots: st.cache.pinned_count() as u64,
+            cache: l.cache.stats(),
+            bytes_streamed: l.stats().bytes_streamed,
+            loads_in_flight: l.pending_len() as u64,
+            pinned_slots: l.cache.pinned_count() as u64,
         }
     }
 
@@ -250,87 +229,37 @@ impl ExpertStore {
 
     /// Where `key`'s slices are in the slab when it sits in `slot`.
     fn loc(&self, key: ExpertKey, slot: SlotId) -> ExpertLoc {
-        let base = slot as u64 * self.slot_bytes;
-        let lay = self.layouts[key.layer as usize];
-        let r = |(o, l): (u64, u64)| (base + o) as usize..(base + o + l) as usize;
+        let base = slot as usize * self.layout.slot_bytes();
+        let [g, u, d] = self
+            .layout
+            .places(key.layer as usize)
+            .map(|p| base + p.at..base + p.at + p.len);
         ExpertLoc {
             key,
             slot,
-            gate: r(lay.gate),
-            up: r(lay.up),
-            down: r(lay.down),
+            gate: g,
+            up: u,
+            down: d,
         }
     }
 
-    /// The three read requests of `key` into `slot`, and their bytes.
-    fn requests(
-        &self,
-        key: ExpertKey,
-        slot: SlotId,
-    ) -> Result<(Vec<ReadRequest>, u64), StoreError> {
-        let loc = self.loc(key, slot);
-        let (layer, e) = (key.layer as u64, key.expert as u64);
-        let mut reqs = Vec::with_capacity(3);
-        let mut bytes = 0;
-        for (kind, dst) in [
-            (ExpertKind::Gate, &loc.gate),
-            (ExpertKind::Up, &loc.up),
-            (ExpertKind::Down, &loc.down),
-        ] {
-            let s = self
-                .model
-                .expert_slice(layer, kind, e)
-                .map_err(|m| StoreError::Layout(m.to_string()))?;
-            bytes += s.len;
-            let label = format!("blk.{layer}.ffn_{}_exps expert {e}", kind.as_str());
-            reqs.push(
-                ReadRequest::new(s.offset, dst.len(), Arc::clone(&self.slab), dst.start)
-                    .with_label(label),
-            );
-        }
-        Ok((reqs, bytes))
-    }
-
-    /// Starts the read of `key` into `slot` (a fresh miss): returns the fill's generation. On
-    /// an error the slot is freed again.
-    fn start_load(&self, st: &mut State, key: ExpertKey, slot: SlotId) -> Result<u64, StoreError> {
-        let info = &mut st.info[slot as usize];
-        info.gen += 1;
-        info.refs = 0;
-        let gen = info.gen;
-        let read_err = |source| StoreError::Read {
-            layer: key.layer.into(),
-            expert: key.expert.into(),
-            source: Arc::new(source),
-        };
-        let submitted = match &self.loads {
-            None => Err(read_err(EngineError::Shutdown {
-                offset: 0,
-                len: 0,
-                label: None,
-            })),
-            Some(tx) => self.requests(key, slot).and_then(|(reqs, bytes)| {
-                let ticket = self.engine.submit(reqs).map_err(read_err)?;
-                Ok((tx, ticket, bytes))
-            }),
-        };
-        match submitted {
-            Ok((tx, ticket, bytes)) => {
-                st.in_flight += 1;
-                // The completer lives as long as `loads` (joined in Drop after it is closed).
-                let _ = tx.send(Load {
-                    slot,
-                    bytes,
-                    ticket,
-                });
-                Ok(gen)
-            }
-            Err(e) => {
-                let _ = st.cache.fill_failed(slot);
-                st.info[slot as usize].gen += 1;
-                Err(e)
+    /// The loader's answer for `ids` (a prefix of them when the cache is full), as store
+    /// errors; each slot a new fill took starts a new generation with no holders.
+    fn request(&self, st: &mut State, layer: u32, ids: &[u32]) -> Result<Vec<SlotId>, StoreError> {
+        let got = st
+            .loader
+            .request(layer as usize, ids, Ask::Prefetch)
+            .map_err(|e| store_err(st, layer, ids, e))?;
+        for (&slot, &e) in got.iter().zip(ids) {
+            let key = ExpertKey::new(layer as u16, e as u16);
+            let info = &mut st.info[slot as usize];
+            if info.key != Some(key) {
+                info.key = Some(key);
+                info.gen += 1;
+                info.refs = 0;
             }
         }
+        Ok(got)
     }
 
     /// Makes experts `ids` of `layer` resident and pins them until the returned [`ExpertPins`]
@@ -380,41 +309,35 @@ impl ExpertStore {
         held: &mut Vec<Held>,
         locs: &mut Vec<ExpertLoc>,
     ) -> (MutexGuard<'a, State>, Result<(), StoreError>) {
-        for &e in ids {
-            let key = ExpertKey::new(layer as u16, e as u16);
-            loop {
-                match g.cache.lookup(key) {
-                    Ok(Lookup::Hit(slot) | Lookup::Loading(slot)) => {
-                        let info = &mut g.info[slot as usize];
-                        info.refs += 1;
-                        held.push(Held {
-                            slot,
-                            gen: info.gen,
-                            key,
-                        });
-                        locs.push(self.loc(key, slot));
-                        break;
-                    }
-                    Ok(Lookup::Miss { slot, .. }) => {
-                        match self.start_load(&mut g, key, slot) {
-                            Ok(gen) => {
-                                g.info[slot as usize].refs = 1;
-                                held.push(Held { slot, gen, key });
-                                locs.push(self.loc(key, slot));
-                            }
-                            Err(e) => return (g, Err(e)),
-                        }
-                        break;
-                    }
-                    Err(CacheError::Full { .. }) if g.in_flight > 0 => {
-                        let (g2, r) = self.wait_until(g, deadline, layer);
-                        g = g2;
-                        if let Err(e) = r {
-                            return (g, Err(e));
-                        }
-                    }
-                    Err(e) => return (g, Err(e.into())),
-                }
+        let mut rest = ids;
+        while !rest.is_empty() {
+            let got = match self.request(&mut g, layer, rest) {
+                Ok(got) => got,
+                Err(e) => return (g, Err(e)),
+            };
+            for (&slot, &e) in got.iter().zip(rest) {
+                let key = ExpertKey::new(layer as u16, e as u16);
+                let info = &mut g.info[slot as usize];
+                info.refs += 1;
+                held.push(Held {
+                    slot,
+                    gen: info.gen,
+                    key,
+                });
+                locs.push(self.loc(key, slot));
+            }
+            rest = &rest[got.len()..];
+            if rest.is_empty() {
+                break;
+            }
+            if g.loader.pending_len() == 0 {
+                let e = StoreError::Cache(full(&g));
+                return (g, Err(e));
+            }
+            let (g2, r) = self.wait_until(g, deadline, layer);
+            g = g2;
+            if let Err(e) = r {
+                return (g, Err(e));
             }
         }
         (g, Ok(()))
@@ -464,7 +387,8 @@ impl ExpertStore {
                     };
                     return (g, Err(e));
                 }
-                if !(g.cache.slot_of(h.key) == Some(h.slot) && g.cache.is_resident(h.key)) {
+                let c = &g.loader.cache;
+                if !(c.slot_of(h.key) == Some(h.slot) && c.is_resident(h.key)) {
                     pending = true;
                 }
             }
@@ -486,26 +410,63 @@ impl ExpertStore {
     pub fn prefetch(&self, layer: u32, ids: &[u32]) -> Result<usize, StoreError> {
         self.check(layer, ids)?;
         let mut g = self.shared.lock();
-        let mut started = 0;
-        for &e in ids {
-            let key = ExpertKey::new(layer as u16, e as u16);
-            match g.cache.lookup(key) {
-                Ok(Lookup::Hit(slot) | Lookup::Loading(slot)) => {
-                    // The lookup pinned it; keep it pinned only if a holder has it.
-                    if g.info[slot as usize].refs == 0 {
-                        g.cache.unpin(slot);
-                    }
-                }
-                Ok(Lookup::Miss { slot, .. }) => {
-                    self.start_load(&mut g, key, slot)?;
-                    g.cache.unpin(slot);
-                    started += 1;
-                }
-                Err(CacheError::Full { .. }) => break,
-                Err(e) => return Err(e.into()),
+        let before = g.loader.pending_len();
+        let got = self.request(&mut g, layer, ids)?;
+        for slot in got {
+            // The lookup pinned it; keep it pinned only if a holder has it.
+            if g.info[slot as usize].refs == 0 {
+                g.loader.cache.unpin(slot);
             }
         }
-        Ok(started)
+        Ok(g.loader.pending_len().saturating_sub(before))
+    }
+}
+
+/// The cache's `Full` error as it stands.
+fn full(st: &State) -> CacheError {
+    let c = &st.loader.cache;
+    CacheError::Full {
+        slots: c.capacity(),
+        pinned: c.pinned_count(),
+        loading: c.loading_count(),
+    }
+}
+
+/// A loader error as the store's: the read that could not start names its expert.
+fn store_err(st: &mut State, layer: u32, ids: &[u32], e: DecodeError) -> StoreError {
+    match e {
+        DecodeError::Load(LoadError::Cache { source, .. }) => StoreError::Cache(source),
+        DecodeError::Load(LoadError::Read(_)) => match st.loader.landing.start_error.take() {
+            Some(source) => StoreError::Read {
+                layer,
+                expert: ids.first().copied().unwrap_or(0),
+                source,
+            },
+            None => StoreError::Layout(e.to_string()),
+        },
+        other => StoreError::Layout(crate::errors::chain(&other)),
+    }
+}
+
+/// Waits for each read the landing hands over, then lets the loader harvest (outside the
+/// waits, under the lock) and gives failed reads to their holders.
+fn completer(shared: Arc<Shared>, rx: Receiver<TicketWatch>) {
+    for w in rx {
+        w.wait();
+        let mut st = shared.lock();
+        st.loader.harvest();
+        let failures = std::mem::take(&mut st.loader.landing.failures);
+        for (slot, err) in failures {
+            let info = &mut st.info[slot as usize];
+            let (gen, refs) = (info.gen, std::mem::take(&mut info.refs));
+            info.gen += 1;
+            info.key = None;
+            if refs > 0 {
+                st.failed.insert((slot, gen), (err, refs));
+            }
+        }
+        drop(st);
+        shared.cv.notify_all();
     }
 }
 
@@ -513,7 +474,7 @@ impl Drop for ExpertStore {
     fn drop(&mut self) {
         // Closing the channel lets the completer drain the reads in flight and exit; the
         // engine (held by `self.engine`) is still alive, so every ticket completes.
-        self.loads = None;
+        self.shared.lock().loader.landing.watches = None;
         if let Some(t) = self.completer.take() {
             let _ = t.join();
         }
@@ -523,7 +484,7 @@ impl Drop for ExpertStore {
 impl std::fmt::Debug for ExpertStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExpertStore")
-            .field("slot_bytes", &self.slot_bytes)
+            .field("slot_bytes", &self.layout.slot_bytes())
             .field("stats", &self.stats())
             .finish()
     }

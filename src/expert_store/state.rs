@@ -1,10 +1,11 @@
-//! The store's shared state and the parts that run without the store: the pins' release (an
-//! [`ExpertPins`] may outlive its store) and the completer thread that settles reads.
+//! The store's shared state and the part that runs without the store: the pins' release (an
+//! [`ExpertPins`] may outlive its store).
 
+use super::landing::StoreLanding;
 use super::ExpertLoc;
-use crate::engine::{EngineError, Ticket};
-use crate::expert_cache::{ExpertCache, ExpertKey, SlotId};
-use crossbeam_channel::Receiver;
+use crate::decode::slots::SlotLoader;
+use crate::engine::EngineError;
+use crate::expert_cache::{ExpertKey, SlotId};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
@@ -22,15 +23,16 @@ pub(super) struct SlotInfo {
     pub(super) gen: u64,
     /// Holders of this fill.
     pub(super) refs: u32,
+    /// The expert of this fill (a slot the loader gives for another key is a new fill).
+    pub(super) key: Option<ExpertKey>,
 }
 
 pub(super) struct State {
-    pub(super) cache: ExpertCache,
+    /// The slots, their cache and the reads in flight.
+    pub(super) loader: SlotLoader<StoreLanding>,
     pub(super) info: Vec<SlotInfo>,
     /// Failed fills that holders still wait on: error and holders left.
     pub(super) failed: HashMap<(SlotId, u64), (Arc<EngineError>, u32)>,
-    pub(super) in_flight: u64,
-    pub(super) bytes_streamed: u64,
 }
 
 pub(super) struct Shared {
@@ -42,12 +44,6 @@ impl Shared {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
-
-pub(super) struct Load {
-    pub(super) slot: SlotId,
-    pub(super) bytes: u64,
-    pub(super) ticket: Ticket,
 }
 
 /// Releases `held`'s pins (under the lock).
@@ -66,36 +62,8 @@ pub(super) fn release(st: &mut State, held: &[Held]) {
         }
         info.refs -= 1;
         if info.refs == 0 {
-            st.cache.unpin(h.slot);
+            st.loader.cache.unpin(h.slot);
         }
-    }
-}
-
-/// Waits for each read in start order and settles its slot.
-pub(super) fn completer(shared: Arc<Shared>, rx: Receiver<Load>) {
-    for load in rx {
-        let r = load.ticket.wait();
-        let mut st = shared.lock();
-        st.in_flight -= 1;
-        let slot = load.slot;
-        match r {
-            Ok(()) => {
-                if st.cache.fill_done(slot).is_ok() {
-                    st.bytes_streamed += load.bytes;
-                }
-            }
-            Err(e) => {
-                let _ = st.cache.fill_failed(slot);
-                let info = &mut st.info[slot as usize];
-                let (gen, refs) = (info.gen, std::mem::take(&mut info.refs));
-                info.gen += 1;
-                if refs > 0 {
-                    st.failed.insert((slot, gen), (Arc::new(e), refs));
-                }
-            }
-        }
-        drop(st);
-        shared.cv.notify_all();
     }
 }
 

@@ -5,6 +5,7 @@ use super::*;
 use crate::device::{BackendKind, Device, OpenOptions};
 use crate::engine::EngineConfig;
 use crate::generate::{write_file, Options, Quant, Scale};
+use crate::model::ExpertKind;
 use ds4_io::fault::{FaultPlan, FaultySource};
 use ds4_io::{FileSource, OpenConfig};
 use std::path::{Path, PathBuf};
@@ -204,7 +205,7 @@ fn bad_layers_and_experts_are_named() {
     let e = s.prefetch(0, &[u32::MAX]).unwrap_err().to_string();
     assert!(e.contains("expert 4294967295"), "{e}");
     let too_few = ExpertStore::new(
-        Arc::clone(&s.engine),
+        Arc::new(Engine::open(&path, devices().remove(0), cfg()).unwrap()),
         Arc::clone(&model),
         5,
         PolicyKind::Lru,
