@@ -9,8 +9,8 @@
 //! any of this: the stack accumulates in the router's order whatever arrives first.
 //!
 //! Memory here is host memory (the host backend's "device memory"): a slot holds the expert's
-//! three slices as `Bytes` from the engine's pool. Limits: no GPU slab yet; no speculative
-//! lookahead.
+//! three slices as `Bytes` from the engine's pool ([`BytesLanding`] under the one
+//! [`SlotLoader`]; the GPU stack's is a device slab).
 
 use super::slots::{Ask, Landing, Miss, SlotLoader, Started};
 use super::{DecodeError, MoeWeights};
