@@ -145,6 +145,74 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// The layers' resident MoE weights on the device, and their bytes.
+fn upload_layers(
+    dev: &impl GpuDevice,
+    w: &MoeWeights,
+) -> Result<(Vec<GpuLayer>, u64), DecodeError> {
+    let e = w.params.n_embd;
+    let mut weight_bytes = 0u64;
+    let mut layers = Vec::with_capacity(w.layers.len());
+    for lw in &w.layers {
+        weight_bytes += (lw.ffn_norm.len() * 4 + lw.router.len()) as u64;
+        let shared = match &lw.shared {
+            Some([g, u, d]) => {
+                weight_bytes += (g.1.len() + u.1.len() + d.1.len()) as u64;
+                let rows = g.1.len()
+                    / crate::compute::row_bytes(g.0, e).map_err(|err| DecodeError::Compute {
+                        what: "shared expert".into(),
+                        source: err,
+                    })?;
+                Some([
+                    (g.0, upload(dev, &g.1)?, rows),
+                    (u.0, upload(dev, &u.1)?, rows),
+                    (d.0, upload(dev, &d.1)?, e),
+                ])
+            }
+            None => None,
+        };
+        layers.push(GpuLayer {
+            norm: upload(dev, &f32_bytes(&lw.ffn_norm))?,
+            router: upload(dev, &lw.router)?,
+            shared,
+        });
+    }
+    Ok((layers, weight_bytes))
+}
+
+impl Scratch {
+    /// The vectors of one token for width `e`, `x` experts, FFN width `ff` and K = `k`; and
+    /// their bytes.
+    fn new(
+        dev: &impl GpuDevice,
+        e: usize,
+        x: usize,
+        ff: usize,
+        k: usize,
+    ) -> Result<(Self, u64), DecodeError> {
+        let vec = |n: usize| -> Result<Arc<DeviceBuffer>, DecodeError> {
+            Ok(Arc::new(dev.alloc(n.max(1) * 4).map_err(dev_err("alloc"))?))
+        };
+        let s = Scratch {
+            h: vec(e)?,
+            x: vec(e)?,
+            z: vec(x)?,
+            p: vec(x)?,
+            g: vec(ff)?,
+            u: vec(ff)?,
+            a: vec(ff)?,
+            o: (0..=k).map(|_| vec(e)).collect::<Result<_, _>>()?,
+            y: vec(e)?,
+            xn: vec(e)?,
+            zn: vec(x)?,
+            pn: vec(x)?,
+            up_h: dev.alloc_pinned(e * 4).map_err(dev_err("alloc pinned"))?,
+        };
+        let scratch_bytes = 4 * (3 * e + 4 * x + 3 * ff + (k + 2) * e) as u64;
+        Ok((s, scratch_bytes))
+    }
+}
+
 impl<'a, D: GpuDevice> GpuMoe<'a, D> {
     /// Uploads the resident weights and makes a slab of `slots` experts (`None`: one slot per
     /// expert, all read now: the resident run).
@@ -160,34 +228,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
         let (e, x) = (p.n_embd, p.n_expert);
         let mut alloc_steps = Vec::new();
         let free0 = free_now(&*dev);
-        let mut weight_bytes = 0u64;
-        let mut layers = Vec::with_capacity(w.layers.len());
-        for lw in &w.layers {
-            weight_bytes += (lw.ffn_norm.len() * 4 + lw.router.len()) as u64;
-            let shared = match &lw.shared {
-                Some([g, u, d]) => {
-                    weight_bytes += (g.1.len() + u.1.len() + d.1.len()) as u64;
-                    let rows = g.1.len()
-                        / crate::compute::row_bytes(g.0, e).map_err(|err| {
-                            DecodeError::Compute {
-                                what: "shared expert".into(),
-                                source: err,
-                            }
-                        })?;
-                    Some([
-                        (g.0, upload(&*dev, &g.1)?, rows),
-                        (u.0, upload(&*dev, &u.1)?, rows),
-                        (d.0, upload(&*dev, &d.1)?, e),
-                    ])
-                }
-                None => None,
-            };
-            layers.push(GpuLayer {
-                norm: upload(&*dev, &f32_bytes(&lw.ffn_norm))?,
-                router: upload(&*dev, &lw.router)?,
-                shared,
-            });
-        }
+        let (layers, weight_bytes) = upload_layers(&*dev, w)?;
         let free1 = free_now(&*dev);
         alloc_steps.push(step(
             "resident weights (MoE part: norms, routers, shared experts)",
@@ -203,26 +244,8 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             .filter_map(|l| l.shared.as_ref().map(|s| s[0].2))
             .max()
             .unwrap_or(0);
-        let vec = |n: usize| -> Result<Arc<DeviceBuffer>, DecodeError> {
-            Ok(Arc::new(dev.alloc(n.max(1) * 4).map_err(dev_err("alloc"))?))
-        };
         let k = p.n_used;
-        let s = Scratch {
-            h: vec(e)?,
-            x: vec(e)?,
-            z: vec(x)?,
-            p: vec(x)?,
-            g: vec(ff.max(shared_ff))?,
-            u: vec(ff.max(shared_ff))?,
-            a: vec(ff.max(shared_ff))?,
-            o: (0..=k).map(|_| vec(e)).collect::<Result<_, _>>()?,
-            y: vec(e)?,
-            xn: vec(e)?,
-            zn: vec(x)?,
-            pn: vec(x)?,
-            up_h: dev.alloc_pinned(e * 4).map_err(dev_err("alloc pinned"))?,
-        };
-        let scratch_bytes = 4 * (3 * e + 4 * x + 3 * ff.max(shared_ff) + (k + 2) * e) as u64;
+        let (s, scratch_bytes) = Scratch::new(&*dev, e, x, ff.max(shared_ff), k)?;
         let free2 = free_now(&*dev);
         alloc_steps.push(step("decode scratch vectors", scratch_bytes, free1, free2));
         let total = model.n_routed_experts() as usize;
@@ -259,20 +282,26 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
             lookahead: false,
         };
         if slots.is_none() {
-            // Resident: every expert read now, layer by layer.
-            for l in 0..model.layers.len() {
-                let ids: Vec<u32> = (0..model.shape.n_expert as u32).collect();
-                for chunk in ids.chunks(k) {
-                    let got = me.slots.request(l, chunk, Ask::Demand)?;
-                    for s in got {
-                        me.slots.ready(s)?;
-                    }
-                    me.slots.cache.unpin_all();
-                }
-            }
-            me.slots.reset_counters();
+            me.read_every_expert()?;
         }
         Ok(me)
+    }
+
+    /// Resident: every expert read now, layer by layer, K at a time.
+    fn read_every_expert(&mut self) -> Result<(), DecodeError> {
+        let k = self.w.params.n_used;
+        for l in 0..self.model.layers.len() {
+            let ids: Vec<u32> = (0..self.model.shape.n_expert as u32).collect();
+            for chunk in ids.chunks(k) {
+                let got = self.slots.request(l, chunk, Ask::Demand)?;
+                for s in got {
+                    self.slots.ready(s)?;
+                }
+                self.slots.cache.unpin_all();
+            }
+        }
+        self.slots.reset_counters();
+        Ok(())
     }
 
     /// gate/up matvecs, SwiGLU-clamp, down matvec of layer `l`'s expert in `slot` into `out`.
