@@ -41,6 +41,8 @@
 //! optimum) and [`reference::oracle_static`] (the most-used experts pinned for the whole run);
 //! [`reference::simulate`] runs a policy over a trace the way the engine would.
 
+mod adaptive;
+mod admit;
 mod arc;
 pub mod layout;
 mod lfu;

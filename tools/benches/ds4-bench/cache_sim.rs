@@ -234,7 +234,7 @@ fn columns(policies: &[PolicyKind]) -> Vec<String> {
 }
 
 /// Hit rates in %, one block per trace, one line per size; the default policy is starred, and
-/// the last column is its margin over the better of `lru` and `lfu-decay` (points).
+/// the last column is its margin over the better of `lru` and `lfu-admit` (points).
 fn table(rows: &[CacheRow], policies: &[PolicyKind], notes: &str) -> String {
     let cols = columns(policies);
     let mut s = String::new();
@@ -247,7 +247,7 @@ fn table(rows: &[CacheRow], policies: &[PolicyKind], notes: &str) -> String {
     }
     let margin_ok = policies.contains(&PolicyKind::DEFAULT)
         && policies.contains(&PolicyKind::Lru)
-        && policies.contains(&PolicyKind::LfuDecay);
+        && policies.contains(&PolicyKind::LfuAdmit);
     for tr in traces {
         let _ = write!(s, "\n{tr}\n{:>7} {:>7}", "slots", "% exp");
         for c in &cols {
@@ -281,7 +281,7 @@ fn table(rows: &[CacheRow], policies: &[PolicyKind], notes: &str) -> String {
             }
             if margin_ok {
                 let h = |k: PolicyKind| get(k.name()).map_or(0.0, |g| g.0);
-                let m = h(PolicyKind::DEFAULT) - h(PolicyKind::Lru).max(h(PolicyKind::LfuDecay));
+                let m = h(PolicyKind::DEFAULT) - h(PolicyKind::Lru).max(h(PolicyKind::LfuAdmit));
                 let _ = write!(s, " {:>+15.1}p", 100.0 * m);
             }
             s.push('\n');
