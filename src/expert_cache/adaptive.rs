@@ -21,48 +21,57 @@
 //! both real orderings' O(1) updates, about 3× the work of one policy; memory 3× the
 //! bookkeeping (a few dozen bytes per slot, nothing per expert byte).
 
-use super::admit::LfuAdmit;
-use super::policy::{Lru, Policy, LFU_DECAY_PERIOD};
+use super::policy::{Policy, PolicyKind};
 use super::{ExpertCache, ExpertKey, Lookup};
 
 /// The score's window, in multiples of the slot count: an expert lives about `slots` accesses
 /// under LRU, so a few lifetimes of evidence decide. Chosen on the synthetic traces.
 pub const WINDOW: f64 = 2.0;
 
+/// The rules it chooses between, in tie-break order (a tie keeps the first).
+pub const CANDIDATES: [PolicyKind; 3] = [PolicyKind::Lru, PolicyKind::LfuAdmit, PolicyKind::Arc];
+
 /// The adaptive policy (see the module docs).
 pub struct Adaptive {
-    shadow_lru: ExpertCache,
-    shadow_lfu: ExpertCache,
+    /// One metadata-only cache per candidate, driven like the real one.
+    shadows: Vec<ExpertCache>,
+    /// Each candidate's decayed shadow hits.
+    score: [f64; CANDIDATES.len()],
+    decay: f64,
     /// The layer of the previous access: a new layer ends the shadows' step.
     layer: Option<u16>,
-    /// > 0: the LFU shadow has had more hits lately.
-    score: f64,
-    decay: f64,
-    lru: Lru,
-    lfu: LfuAdmit,
+    /// Each candidate's ordering of the real cache's slots.
+    real: Vec<Box<dyn Policy>>,
 }
 
 impl Adaptive {
     pub fn new(slots: usize) -> Self {
         let slots = slots.max(1);
-        let period = LFU_DECAY_PERIOD * slots as u64;
-        let shadow = |p: Box<dyn Policy>| {
-            ExpertCache::with_policy_checked(slots, 1, 0, p).expect("slots ≥ 1 and checked")
-        };
+        let shadows = CANDIDATES
+            .iter()
+            .map(|k| {
+                ExpertCache::with_policy_checked(slots, 1, 0, k.build(slots))
+                    .expect("slots ≥ 1 and checked")
+            })
+            .collect();
         Adaptive {
-            shadow_lru: shadow(Box::new(Lru::new(slots))),
-            shadow_lfu: shadow(Box::new(LfuAdmit::new(slots, period))),
-            layer: None,
-            score: 0.0,
+            shadows,
+            score: [0.0; CANDIDATES.len()],
             decay: 1.0 - 1.0 / (WINDOW * slots as f64),
-            lru: Lru::new(slots),
-            lfu: LfuAdmit::new(slots, period),
+            layer: None,
+            real: CANDIDATES.iter().map(|k| k.build(slots)).collect(),
         }
     }
 
-    /// Whether the frequency rule is the one being followed now.
-    pub fn follows_lfu(&self) -> bool {
-        self.score > 0.0
+    /// The index in [`CANDIDATES`] of the rule being followed now.
+    pub fn winner(&self) -> usize {
+        let mut w = 0;
+        for (i, &s) in self.score.iter().enumerate() {
+            if s > self.score[w] {
+                w = i;
+            }
+        }
+        w
     }
 
     /// One lookup in a shadow: whether it hit. A shadow whose every slot is pinned (a step
@@ -92,46 +101,42 @@ impl Policy for Adaptive {
         "adaptive"
     }
     fn on_access(&mut self, key: ExpertKey) {
-        if self.layer != Some(key.layer) {
-            self.shadow_lru.unpin_all();
-            self.shadow_lfu.unpin_all();
-            self.layer = Some(key.layer);
+        let new_step = self.layer != Some(key.layer);
+        self.layer = Some(key.layer);
+        for (c, score) in self.shadows.iter_mut().zip(self.score.iter_mut()) {
+            if new_step {
+                c.unpin_all();
+            }
+            let hit = Self::shadow_hit(c, key);
+            *score = *score * self.decay + hit as u32 as f64;
         }
-        let a = Self::shadow_hit(&mut self.shadow_lru, key) as i32;
-        let b = Self::shadow_hit(&mut self.shadow_lfu, key) as i32;
-        self.score = self.score * self.decay + (b - a) as f64;
-        self.lru.on_access(key);
-        self.lfu.on_access(key);
+        self.real.iter_mut().for_each(|p| p.on_access(key));
     }
     fn on_hit(&mut self, slot: u32) {
-        self.lru.on_hit(slot);
-        self.lfu.on_hit(slot);
+        self.real.iter_mut().for_each(|p| p.on_hit(slot));
     }
     fn on_insert(&mut self, slot: u32, key: ExpertKey) {
-        self.lru.on_insert(slot, key);
-        self.lfu.on_insert(slot, key);
+        self.real.iter_mut().for_each(|p| p.on_insert(slot, key));
     }
     fn detach(&mut self, slot: u32) {
-        self.lru.detach(slot);
-        self.lfu.detach(slot);
+        self.real.iter_mut().for_each(|p| p.detach(slot));
     }
     fn attach(&mut self, slot: u32) {
-        self.lru.attach(slot);
-        self.lfu.attach(slot);
+        self.real.iter_mut().for_each(|p| p.attach(slot));
     }
+    /// The winner chooses; the others forget the slot as if its load had failed.
     fn evict(&mut self) -> Option<u32> {
-        let (win, other): (&mut dyn Policy, &mut dyn Policy) = if self.follows_lfu() {
-            (&mut self.lfu, &mut self.lru)
-        } else {
-            (&mut self.lru, &mut self.lfu)
-        };
-        let s = win.evict()?;
-        other.detach(s);
-        other.on_remove(s);
+        let w = self.winner();
+        let s = self.real[w].evict()?;
+        for (i, p) in self.real.iter_mut().enumerate() {
+            if i != w {
+                p.detach(s);
+                p.on_remove(s);
+            }
+        }
         Some(s)
     }
     fn on_remove(&mut self, slot: u32) {
-        self.lru.on_remove(slot);
-        self.lfu.on_remove(slot);
+        self.real.iter_mut().for_each(|p| p.on_remove(slot));
     }
 }

@@ -84,7 +84,7 @@ impl PolicyKind {
         PolicyKind::Adaptive,
     ];
     /// The default: chosen by measurement, see the module docs of [`super`].
-    pub const DEFAULT: PolicyKind = PolicyKind::Arc;
+    pub const DEFAULT: PolicyKind = PolicyKind::Adaptive;
 
     pub fn name(self) -> &'static str {
         match self {

@@ -31,9 +31,16 @@ fn cache_json_rows_and_belady_bound() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
         .collect();
-    // 3 shapes × 3 sizes × (4 policies + 2 references).
-    assert_eq!(rows.len(), 3 * 3 * 6);
-    let policies = ["lru", "lfu-decay", "w-tinylfu", "arc"];
+    // 3 shapes × 3 sizes × (6 policies + 2 references).
+    assert_eq!(rows.len(), 3 * 3 * 8);
+    let policies = [
+        "lru",
+        "lfu-decay",
+        "lfu-admit",
+        "w-tinylfu",
+        "arc",
+        "adaptive",
+    ];
     let mut defaults = std::collections::BTreeSet::new();
     for r in &rows {
         let policy = r["policy"].as_str().unwrap();
