@@ -163,9 +163,9 @@ mod tests {
     fn cold_newcomers_cycle_through_probation() {
         let mut p = LfuAdmit::new(3, 1000);
         let keys: Vec<ExpertKey> = (0..6).map(|e| ExpertKey::new(0, e)).collect();
-        for s in 0..3 {
-            p.on_access(keys[s]);
-            p.on_insert(s as u32, keys[s]);
+        for (s, &k) in keys.iter().take(3).enumerate() {
+            p.on_access(k);
+            p.on_insert(s as u32, k);
             p.attach(s as u32);
         }
         // Keys 0 and 1 are hot (3 uses), key 2 is not (1 use).
