@@ -25,7 +25,7 @@ use std::str::FromStr;
 
 /// An eviction policy over slot numbers `0..slots`. Every method is O(1) amortised.
 pub trait Policy: Send {
-    /// The name it is chosen by (`lru`, `lfu-decay`, `w-tinylfu`, `arc`).
+    /// The name it is chosen by (`lru`, `lfu-decay`, `lfu-admit`, `w-tinylfu`, `arc`, `adaptive`).
     fn name(&self) -> &'static str;
     /// Every lookup's key, hit or miss, before anything else (frequency sketches, ghost hits).
     fn on_access(&mut self, _key: ExpertKey) {}
