@@ -72,6 +72,21 @@ impl LfuDecay {
         self.epoch += 1;
     }
 
+    /// The slot [`Policy::evict`] would return next, without removing it. O(1).
+    pub(crate) fn peek(&self) -> Option<u32> {
+        if self.nonempty == 0 {
+            return None;
+        }
+        self.buckets[self.nonempty.trailing_zeros() as usize].back()
+    }
+
+    /// Like [`Policy::on_insert`], with the entry's starting count given (saturated at 63)
+    /// instead of 1: for a policy that remembers counts across evictions. O(1).
+    pub(crate) fn insert_with_count(&mut self, slot: u32, count: u32) {
+        self.count[slot as usize] = count.clamp(1, MAX_COUNT as u32) as u8;
+        self.stamp[slot as usize] = self.epoch;
+    }
+
     fn bucket_push(&mut self, slot: u32) {
         let b = self.effective(slot) as usize;
         self.count[slot as usize] = b as u8;

@@ -23,24 +23,28 @@
 //! i.e. O(1) per lookup.
 //!
 //! Policies ([`PolicyKind`], chosen by name): `lru`, `lfu-decay` (counts halved every
-//! 8 × `slots` accesses, O(1) through lazily merged frequency buckets), `w-tinylfu` (Caffeine's
-//! design with its hill-climbing window) and `arc` (adaptive). The default is **`arc`**, chosen
-//! by measurement (`ds4-bench cache --n-tokens 16384 --slots 5%,11%,22%,44%`, docs/BENCHMARKS.md
-//! "Expert cache policies"): on the synthetic recency, mixed and frequency traces at 5 to 44 %
-//! of the experts its worst margin against the better of `lru` and `lfu-decay` was −2.6 points
-//! (frequency trace, 44 %), and it was never more than 1.2 points below LRU where LRU wins.
-//! `w-tinylfu` was better on the mixed trace (up to +4.5 points) and as good as `lfu-decay` on
-//! the frequency one, but its hill climber, fed noisy samples, fell 11 points behind LRU on the
-//! recency trace at 5 % — not robust, so not the default. Limits: the evidence is synthetic
-//! traces ([`trace`]); no recorded DS4 trace was available; re-run the bench with `--trace` on a
-//! real `--record-trace` file before trusting the choice. On the frequency trace `arc` stays
-//! 3.7–4.7 points under the static oracle (preloaded with the whole trace's counts; `w-tinylfu`
-//! 0.6–4.5), so ../shared/TARGETS.md target 6 is not met there; a popularity preload is the likely fix.
+//! 8 × `slots` accesses, O(1) through lazily merged frequency buckets), `lfu-admit` (decayed
+//! counts remembered for every key, a newcomer that does not beat the coldest resident is cached
+//! in a probation list evicted first), `w-tinylfu` (Caffeine's design with its hill-climbing
+//! window), `arc`, and `adaptive`: metadata-only shadow caches of `lru`, `lfu-admit` and `arc`
+//! run beside the real one and the real cache evicts by whichever has had the most hits lately.
+//! The default is **`adaptive`**, chosen by measurement (`ds4-bench cache`, docs/BENCHMARKS.md
+//! "Expert cache policies"): on the synthetic recency, mixed and frequency traces at one token's
+//! worth (K × layers = 258 slots) to 40 % of the experts it was never more than 0.1 points below
+//! the better of `lru` and `lfu-admit` (and up to 11 points above, at 258 slots on the frequency
+//! trace, where `arc` wins), while `arc`, the previous default, was 9.4 points under LRU at 258
+//! slots on the recency trace and `w-tinylfu` 28 points. Limits: the evidence is synthetic traces
+//! ([`trace`]); no recorded DS4 trace was available; re-run the bench with `--trace` on a real
+//! `--record-trace` file before trusting the choice. On the frequency trace it stays 2–5.5 points
+//! under the static oracle (preloaded with the whole trace's counts), so ../shared/TARGETS.md
+//! target 6 is not met there; a popularity preload is the likely fix.
 //!
 //! References computed from a whole trace (not online policies): [`reference::belady`] (the
 //! optimum) and [`reference::oracle_static`] (the most-used experts pinned for the whole run);
 //! [`reference::simulate`] runs a policy over a trace the way the engine would.
 
+mod adaptive;
+mod admit;
 mod arc;
 pub mod layout;
 mod lfu;

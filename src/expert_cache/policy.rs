@@ -15,14 +15,17 @@
 //! entry starts detached). Later [`Policy::attach`] (unpinned and loaded) or
 //! [`Policy::on_remove`] (its load failed; never attached).
 
-use super::{arc::ArcPolicy, lfu::LfuDecay, tinylfu::WTinyLfu, ExpertKey};
+use super::{
+    adaptive::Adaptive, admit::LfuAdmit, arc::ArcPolicy, lfu::LfuDecay, tinylfu::WTinyLfu,
+    ExpertKey,
+};
 use crate::expert_cache::list::{Arena, List};
 use std::fmt;
 use std::str::FromStr;
 
 /// An eviction policy over slot numbers `0..slots`. Every method is O(1) amortised.
 pub trait Policy: Send {
-    /// The name it is chosen by (`lru`, `lfu-decay`, `w-tinylfu`, `arc`).
+    /// The name it is chosen by (`lru`, `lfu-decay`, `lfu-admit`, `w-tinylfu`, `arc`, `adaptive`).
     fn name(&self) -> &'static str;
     /// Every lookup's key, hit or miss, before anything else (frequency sketches, ghost hits).
     fn on_access(&mut self, _key: ExpertKey) {}
@@ -58,29 +61,39 @@ pub enum PolicyKind {
     /// Decayed frequency: hit counts halved every 8 × `slots` accesses, LRU among equal counts
     /// (the Metal engine's "hotness", in O(1)).
     LfuDecay,
+    /// Decayed frequency with admission: every key's decayed count is remembered, and a
+    /// newcomer that does not beat the coldest resident goes to a probation list evicted first.
+    LfuAdmit,
     /// W-TinyLFU: 1 % LRU window, count-min-sketch admission into a segmented-LRU main area.
     WTinyLfu,
     /// ARC: recency and frequency lists whose balance adapts to ghost hits.
     Arc,
+    /// Follows whichever of LRU and `lfu-admit` has had more hits lately in metadata-only
+    /// shadow caches of the same size.
+    Adaptive,
 }
 
 impl PolicyKind {
     /// Every policy, in table order.
-    pub const ALL: [PolicyKind; 4] = [
+    pub const ALL: [PolicyKind; 6] = [
         PolicyKind::Lru,
         PolicyKind::LfuDecay,
+        PolicyKind::LfuAdmit,
         PolicyKind::WTinyLfu,
         PolicyKind::Arc,
+        PolicyKind::Adaptive,
     ];
     /// The default: chosen by measurement, see the module docs of [`super`].
-    pub const DEFAULT: PolicyKind = PolicyKind::Arc;
+    pub const DEFAULT: PolicyKind = PolicyKind::Adaptive;
 
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::Lru => "lru",
             PolicyKind::LfuDecay => "lfu-decay",
+            PolicyKind::LfuAdmit => "lfu-admit",
             PolicyKind::WTinyLfu => "w-tinylfu",
             PolicyKind::Arc => "arc",
+            PolicyKind::Adaptive => "adaptive",
         }
     }
 
@@ -89,8 +102,10 @@ impl PolicyKind {
         match self {
             PolicyKind::Lru => Box::new(Lru::new(slots)),
             PolicyKind::LfuDecay => Box::new(LfuDecay::new(slots, LFU_DECAY_PERIOD * slots as u64)),
+            PolicyKind::LfuAdmit => Box::new(LfuAdmit::new(slots, LFU_DECAY_PERIOD * slots as u64)),
             PolicyKind::WTinyLfu => Box::new(WTinyLfu::new(slots)),
             PolicyKind::Arc => Box::new(ArcPolicy::new(slots)),
+            PolicyKind::Adaptive => Box::new(Adaptive::new(slots)),
         }
     }
 }
@@ -103,7 +118,7 @@ impl fmt::Display for PolicyKind {
 
 /// An unknown policy name; its message lists the known ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown cache policy {0:?} (known: lru, lfu-decay, w-tinylfu, arc)")]
+#[error("unknown cache policy {0:?} (known: lru, lfu-decay, lfu-admit, w-tinylfu, arc, adaptive)")]
 pub struct UnknownPolicy(pub String);
 
 impl FromStr for PolicyKind {

@@ -67,6 +67,8 @@ fn streamed_equals_resident_at_every_cache_size() {
         ("6", "lru", false),
         ("7", "arc", true),
         ("20", "lfu-decay", false),
+        ("9", "adaptive", false),
+        ("30", "lfu-admit", true),
         ("96", "w-tinylfu", false),
         ("100000", "arc", false),
         ("1MiB", "lru", false),

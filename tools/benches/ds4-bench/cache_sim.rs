@@ -18,14 +18,24 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
 
-/// A cache size: a slot count, or a percentage of all the trace's experts.
+/// A cache size: a slot count, a percentage of all the trace's experts, or a number of tokens'
+/// worth (`1tok` = K × layers, the smallest cache that holds one token's experts).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum SlotsArg {
     Count(usize),
     Percent(f64),
+    Tokens(usize),
 }
 
 fn slots_arg(s: &str) -> Result<SlotsArg, String> {
+    if let Some(t) = s.strip_suffix("tok") {
+        return t
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .map(SlotsArg::Tokens)
+            .ok_or_else(|| format!("{s:?}: a number of tokens' worth ≥ 1, like 1tok"));
+    }
     if let Some(p) = s.strip_suffix('%') {
         match p.parse::<f64>() {
             Ok(v) if v > 0.0 && v <= 100.0 => Ok(SlotsArg::Percent(v)),
@@ -59,9 +69,10 @@ pub struct CacheArgs {
     /// traces.
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// Cache sizes: slot counts, or percentages of all the trace's experts (43 × 256 = 11,008
-    /// for Flash): `11%,22%,44%` are the sizes of the published DS4 curve.
-    #[arg(long, value_delimiter = ',', default_value = "11%,22%,44%", value_parser = slots_arg)]
+    /// Cache sizes: slot counts, percentages of all the trace's experts (43 × 256 = 11,008 for
+    /// Flash; `11%,22%,44%` are the sizes of the published DS4 curve), or tokens' worth of
+    /// experts (`1tok` = K × layers = 258 for Flash, the smallest useful cache).
+    #[arg(long, value_delimiter = ',', default_value = "1tok,5%,11%,22%,40%", value_parser = slots_arg)]
     pub slots: Vec<SlotsArg>,
     /// Tokens of each synthetic trace (43 × 6 expert uses each): a count, as `ds4 -n`. (The
     /// hidden alias `tokens` is the old name.)
@@ -195,6 +206,7 @@ fn run_trace(
         let slots = match size {
             SlotsArg::Count(n) => n,
             SlotsArg::Percent(p) => ((p / 100.0 * total as f64).round() as usize).max(1),
+            SlotsArg::Tokens(n) => n * t.k * t.n_layers as usize,
         };
         let row = |policy: &str, hits: u64, misses: u64, evictions: Option<u64>| CacheRow {
             trace: name.to_string(),
@@ -234,7 +246,7 @@ fn columns(policies: &[PolicyKind]) -> Vec<String> {
 }
 
 /// Hit rates in %, one block per trace, one line per size; the default policy is starred, and
-/// the last column is its margin over the better of `lru` and `lfu-decay` (points).
+/// the last column is its margin over the better of `lru` and `lfu-admit` (points).
 fn table(rows: &[CacheRow], policies: &[PolicyKind], notes: &str) -> String {
     let cols = columns(policies);
     let mut s = String::new();
@@ -247,7 +259,7 @@ fn table(rows: &[CacheRow], policies: &[PolicyKind], notes: &str) -> String {
     }
     let margin_ok = policies.contains(&PolicyKind::DEFAULT)
         && policies.contains(&PolicyKind::Lru)
-        && policies.contains(&PolicyKind::LfuDecay);
+        && policies.contains(&PolicyKind::LfuAdmit);
     for tr in traces {
         let _ = write!(s, "\n{tr}\n{:>7} {:>7}", "slots", "% exp");
         for c in &cols {
@@ -281,7 +293,7 @@ fn table(rows: &[CacheRow], policies: &[PolicyKind], notes: &str) -> String {
             }
             if margin_ok {
                 let h = |k: PolicyKind| get(k.name()).map_or(0.0, |g| g.0);
-                let m = h(PolicyKind::DEFAULT) - h(PolicyKind::Lru).max(h(PolicyKind::LfuDecay));
+                let m = h(PolicyKind::DEFAULT) - h(PolicyKind::Lru).max(h(PolicyKind::LfuAdmit));
                 let _ = write!(s, " {:>+15.1}p", 100.0 * m);
             }
             s.push('\n');
@@ -333,6 +345,8 @@ mod tests {
     fn slots_values() {
         assert_eq!(slots_arg("11%"), Ok(SlotsArg::Percent(11.0)));
         assert_eq!(slots_arg("1211"), Ok(SlotsArg::Count(1211)));
+        assert_eq!(slots_arg("2tok"), Ok(SlotsArg::Tokens(2)));
+        assert!(slots_arg("0tok").is_err());
         assert!(slots_arg("0").is_err() && slots_arg("101%").is_err() && slots_arg("x").is_err());
         assert_eq!(shapes_arg("all").unwrap().0.len(), 3);
         assert!(shapes_arg("lru").is_err());

@@ -86,7 +86,8 @@ pub struct Args {
         conflicts_with = "ssd_streaming_lookahead"
     )]
     pub ssd_streaming_c_engine_pattern: bool,
-    /// Expert cache policy: lru, lfu-decay, w-tinylfu or arc (default: arc, the measured best).
+    /// Expert cache policy: lru, lfu-decay, lfu-admit, w-tinylfu, arc or adaptive (default:
+    /// adaptive, never far behind the best of the others on the measured traces).
     #[arg(long, requires = "ssd_streaming")]
     pub cache_policy: Option<String>,
     /// Tokens to run when --tokens is not given (a seeded sequence), 1 to 1,000,000.
