@@ -406,3 +406,62 @@ fn staged_reads_are_widened_to_the_direct_alignment() {
         assert_eq!(src.unaligned_reads(), before + 1);
     }
 }
+
+#[test]
+fn staged_chunks_read_in_pieces_land_every_byte_and_stay_aligned() {
+    const FILE: u64 = 2 * MIB as u64 + 100;
+    for piece in [0usize, 4096, 12_288, 64 * KIB, 4 * MIB] {
+        let src = Arc::new(
+            ProbeSource::new(Arc::new(ds4_io::pattern::PatternSource::new(FILE, SEED)))
+                .with_alignment(4096),
+        );
+        // Slow copies: later pieces are read while earlier ones are still being copied.
+        let dev = discrete(Duration::from_micros(200));
+        let c = EngineConfig {
+            copy_piece: piece,
+            ..cfg(3, 64 * KIB)
+        };
+        let e = ds4_stream::engine::Engine::new(src.clone(), Arc::clone(&dev), c).unwrap();
+        let mut chunks = 0;
+        for (off, len) in [
+            (5u64, 300_001usize),
+            (4095, 2),
+            (65_535, 65_538),
+            (0, 131_072),
+        ] {
+            let buf = Arc::new(dev.alloc(len + 7).unwrap());
+            e.submit(vec![ReadRequest::new(off, len, Arc::clone(&buf), 7)])
+                .unwrap()
+                .wait()
+                .unwrap_or_else(|err| panic!("piece {piece}, {off}+{len}: {err}"));
+            assert_pattern(dev.as_ref(), &buf, 7, off, len);
+            assert!(read_back(dev.as_ref(), &buf, 0, 7).iter().all(|&b| b == 0));
+            chunks += ds4_stream::engine::plan_chunk_count(off, len, 64 * KIB, 4096);
+        }
+        let s = e.stats();
+        assert_eq!(src.unaligned_reads(), 0, "piece {piece}: {s:?}");
+        assert_eq!(s.staged_chunks, chunks);
+        // One copy per piece holding chunk bytes: more pieces than chunks once pieces are
+        // smaller than the 64 KiB chunks.
+        if piece == 4096 {
+            assert!(s.copy_pieces >= 4 * chunks, "{s:?}");
+        } else if piece == 0 || piece >= 64 * KIB {
+            assert_eq!(s.copy_pieces, chunks, "piece {piece}: {s:?}");
+        }
+        assert_eq!(s.queued.count, chunks);
+        assert_eq!(s.issue.count, chunks);
+        assert_eq!(s.slot_held.count, chunks);
+    }
+}
+
+#[test]
+fn a_copy_piece_off_the_4k_grid_is_refused() {
+    let c = EngineConfig {
+        copy_piece: 1000,
+        ..cfg(2, 64 * KIB)
+    };
+    match c.validate() {
+        Err(EngineError::Config(m)) => assert!(m.contains("copy_piece 1000"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -127,13 +127,17 @@ impl DeferredErrors {
 /// Pinned staging memory plus the event of the last copy that reads it.
 ///
 /// Host writes (`as_mut_slice`) and `Drop` first wait for that event, so memory a copy is still
-/// reading is never overwritten or freed. Only backends record events (crate-private), so the
+/// reading is never overwritten or freed. [`Self::tail_mut`] lets a writer fill the part past
+/// every copy issued since the last wait while those copies run (a slot read in pieces, each
+/// piece's copy issued as soon as it is read). Only backends record events (crate-private), so the
 /// event cannot be replaced by one that completes earlier. A failed copy's error goes to the
 /// caller that waits ([`Self::wait`], [`Self::as_mut_slice`]) or, when the buffer is dropped
 /// without that, to the device's [`DeferredErrors`] (returned by its next `synchronize()`).
 pub struct PinnedBuf {
     mem: Box<dyn PinnedMemory>,
     last: Option<Event>,
+    /// One past the highest byte any copy issued since the last wait reads (0: none).
+    busy_end: usize,
     deferred: Arc<DeferredErrors>,
 }
 
@@ -143,6 +147,7 @@ impl PinnedBuf {
         Self {
             mem,
             last: None,
+            busy_end: 0,
             deferred,
         }
     }
@@ -170,8 +175,28 @@ impl PinnedBuf {
         Ok(unsafe { std::slice::from_raw_parts_mut(self.mem.as_ptr(), self.mem.len()) })
     }
 
+    /// Mutable host access to `[from..]` (empty when `from` is past the end). Waits for the
+    /// last copy only when a copy issued since the last wait reads a byte at or past `from`; so
+    /// a buffer filled front to back, each part's copy issued once it is written, never waits
+    /// for its own earlier copies.
+    pub fn tail_mut(&mut self, from: usize) -> Result<&mut [u8], DeviceError> {
+        if from < self.busy_end {
+            self.wait()?;
+        }
+        let len = self.mem.len();
+        let from = from.min(len);
+        // SAFETY: PinnedMemory promises `len` valid bytes at a stable address for the life of
+        // `mem`, and `from <= len`; every copy not yet waited for reads only bytes below
+        // `busy_end <= from` (`record`'s promise from the backends; streams run copies in order
+        // and `wait` clears it only once they are all over), and `&mut self` excludes other
+        // host access.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.mem.as_ptr().add(from), len - from) })
+    }
+
     /// Waits for the last copy (if any) and forgets its event.
     pub fn wait(&mut self) -> Result<(), DeviceError> {
+        // The copies are over once the wait returns, whatever it says.
+        self.busy_end = 0;
         match self.last.take() {
             Some(ev) => ev.wait(),
             None => Ok(()),
@@ -202,9 +227,10 @@ impl PinnedBuf {
         self.mem.as_ptr()
     }
 
-    /// Records the event of a copy just queued from this buffer. Streams are in-order, so the
-    /// new event completes after any earlier one.
-    pub(crate) fn record(&mut self, ev: Event) {
+    /// Records the event of a copy just queued from this buffer that reads no byte at or past
+    /// `end`. Streams are in-order, so the new event completes after any earlier one.
+    pub(crate) fn record(&mut self, ev: Event, end: usize) {
+        self.busy_end = self.busy_end.max(end);
         self.last = Some(ev);
     }
 }
@@ -509,6 +535,30 @@ mod tests {
         assert!(w.check(59, 1).is_err());
         assert!(w.check(60, 2).is_err());
         assert!(w.check(usize::MAX, 2).is_err());
+    }
+
+    #[test]
+    fn tail_mut_waits_only_for_copies_reading_the_tail() {
+        let d = HostDevice::discrete(std::time::Duration::from_millis(300)).unwrap();
+        let dst = Arc::new(d.alloc(8192).unwrap());
+        let mut p = d.alloc_pinned(8192).unwrap();
+        p.as_mut_slice().unwrap()[..4096].fill(7);
+        d.copy_h2d_async(&mut p, 0, &dst, 0, 4096).unwrap();
+        // The copy reads [0, 4096): the bytes from 4096 on are free at once.
+        let t = std::time::Instant::now();
+        assert_eq!(p.tail_mut(4096).unwrap().len(), 4096);
+        assert_eq!(p.tail_mut(9000).unwrap().len(), 0, "past the end: empty");
+        assert!(!p.is_idle().unwrap(), "did not wait: the copy still runs");
+        assert!(t.elapsed() < std::time::Duration::from_millis(250));
+        // Any byte the copy reads: waits for it first.
+        p.tail_mut(4095).unwrap()[0] = 1;
+        assert!(p.is_idle().unwrap());
+        let mut back = vec![0u8; 4096];
+        d.read_d2h(&dst, 0, &mut back).unwrap();
+        assert!(
+            back.iter().all(|&b| b == 7),
+            "the copy saw the bytes before the write"
+        );
     }
 
     #[test]

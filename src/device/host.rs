@@ -481,7 +481,7 @@ impl Device for HostDevice {
             len,
             signal: Signal(Arc::clone(&ev)),
         })?;
-        src.record(Event::new(ev));
+        src.record(Event::new(ev), src_offset + len);
         Ok(())
     }
 

@@ -58,6 +58,9 @@ pub const MAX_STAGING_BYTES: u64 = 64 << 30;
 /// Most reader workers accepted.
 pub const MAX_WORKERS: usize = 1024;
 
+/// Default [`EngineConfig::copy_piece`].
+pub const DEFAULT_COPY_PIECE: usize = 1 << 20;
+
 /// Engine settings. Defaults: 18 workers, 32 slots x 4 MiB (128 MiB pinned), direct IO on.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct EngineConfig {
@@ -76,6 +79,10 @@ pub struct EngineConfig {
     pub queue_depth: usize,
     /// Free host buffers `read_bytes` keeps for reuse (bytes; buffers in use are not counted).
     pub host_pool_bytes: usize,
+    /// Staged chunks are read in pieces of this many bytes, and each piece's copy to the device
+    /// is issued as soon as it is read (a multiple of 4096; 0 = one read and one copy per
+    /// chunk). Smaller pieces overlap reads with copies more tightly at more copy calls.
+    pub copy_piece: usize,
 }
 
 impl Default for EngineConfig {
@@ -88,6 +95,7 @@ impl Default for EngineConfig {
             cold: false,
             queue_depth: 64,
             host_pool_bytes: 256 << 20,
+            copy_piece: DEFAULT_COPY_PIECE,
         }
     }
 }
@@ -122,6 +130,12 @@ impl EngineConfig {
         }
         if self.queue_depth == 0 {
             return bad("queue_depth must be at least 1".into());
+        }
+        if self.copy_piece % GRID_ALIGN as usize != 0 {
+            return bad(format!(
+                "copy_piece {} must be 0 or a multiple of {GRID_ALIGN}",
+                self.copy_piece
+            ));
         }
         Ok(())
     }
@@ -187,6 +201,7 @@ impl Engine {
             slot_bytes: cfg.slot_bytes,
             align_reads: cfg.direct,
             cold: cfg.cold,
+            copy_piece: cfg.copy_piece,
         });
         let (done_tx, done_rx) = unbounded();
         let stats = Arc::clone(&shared.stats);

@@ -28,6 +28,9 @@ pub(crate) struct Shared {
     pub(crate) align_reads: bool,
     /// Ask the OS to drop each chunk from the page cache after reading it.
     pub(crate) cold: bool,
+    /// Staged reads go in pieces of this many bytes, each piece's copy issued once it is read
+    /// (0: one read and one copy per chunk).
+    pub(crate) copy_piece: usize,
 }
 
 /// One range of a submitted batch, validated and leased: `lease` covers exactly
@@ -194,6 +197,7 @@ pub(crate) struct InFlight {
     slot: SlotGuard,
     token: ChunkToken,
     issued: Instant,
+    taken: Instant,
 }
 
 /// True when the unbuffered path can serve this read on this handle (used for the stats of
@@ -268,13 +272,18 @@ fn read_error(shared: &Shared, token: &ChunkToken, source: std::io::Error) -> En
 }
 
 /// Reads a chunk into a staging slot and queues its copy to the destination (the token
-/// carries the lease; the backend holds its own clone until the copy has run).
+/// carries the lease; the backend holds its own clone until the copy has run). The read goes in
+/// pieces of `Shared::copy_piece` bytes and each piece's copy is issued as soon as it is read,
+/// so the copy link works while the rest of the chunk is still being read and only the last
+/// piece's copy is left when the read ends.
 struct StagedJob {
     shared: Arc<Shared>,
     slot: SlotGuard,
     dst_offset: usize,
     token: ChunkToken,
     done: Sender<InFlight>,
+    /// When the dispatcher took the slot.
+    taken: Instant,
 }
 
 impl Job for StagedJob {
@@ -285,54 +294,19 @@ impl Job for StagedJob {
             dst_offset,
             token,
             done,
+            taken,
         } = *self;
-        let (offset, len) = (token.offset, token.len);
-        // Widen the read to the handle's alignment so the unbuffered path applies; the chunk
-        // grid is anchored at 4096 (GRID_ALIGN), so the widened range fits the slot unless the
-        // alignment is larger than that.
-        let align = handle.direct_alignment().filter(|_| shared.align_reads);
-        let slot_len = slot.buf().len();
-        let (r0, r1) = widen(offset, len, align, shared.source.len(), slot_len);
-        let n = (r1 - r0) as usize;
-        let head = (offset - r0) as usize;
-        let buf = match slot.buf().as_mut_slice() {
-            Ok(b) => b,
-            Err(source) => {
-                let e = device_error(&token, source);
-                return token.finish(Err(e));
+        let started = Instant::now();
+        let issued = match stage(&shared, &mut slot, handle, &token, dst_offset) {
+            Ok(copies) => {
+                let queued = started.saturating_duration_since(taken);
+                shared.stats.staged(queued, copies.issue, copies.pieces);
+                Instant::now()
             }
+            // The slot returns to the ring with its last copy's event recorded (the next
+            // user waits for it); the backend's lease clones keep the destination leased.
+            Err(e) => return token.finish(Err(e)),
         };
-        let Some(target) = buf.get_mut(..n) else {
-            // Unreachable: chunks are at most slot_bytes long and the slot is slot_bytes.
-            let e = token.shutdown_error();
-            return token.finish(Err(e));
-        };
-        let t0 = Instant::now();
-        let aligned = direct_ok(align, r0, n, target.as_ptr());
-        let before = handle.counters();
-        let r = handle.read_exact_at(target, r0);
-        let path = ReadPath::between(before, handle.counters(), aligned);
-        if shared.cold {
-            handle.drop_cache(r0, n as u64);
-        }
-        shared.stats.chunk_read(t0.elapsed(), path, true);
-        if let Err(source) = r {
-            let e = read_error(&shared, &token, source);
-            return token.finish(Err(e));
-        }
-        let issued = Instant::now();
-        let Some(lease) = token.lease.as_ref() else {
-            // Unreachable: planned chunks always carry their lease.
-            let e = token.shutdown_error();
-            return token.finish(Err(e));
-        };
-        if let Err(source) = shared
-            .device
-            .copy_h2d_leased(slot.buf(), head, lease, dst_offset, len)
-        {
-            let e = device_error(&token, source);
-            return token.finish(Err(e));
-        }
         // The completer lives until every job's sender is gone, so this cannot fail; if it did,
         // the dropped message fails the token (Lost) and returns the slot with its copy's event
         // recorded (the next user of the slot waits for it), and the backend's clone of the
@@ -341,6 +315,7 @@ impl Job for StagedJob {
             slot,
             token,
             issued,
+            taken,
         });
     }
 
@@ -348,6 +323,99 @@ impl Job for StagedJob {
         let e = self.token.shutdown_error();
         self.token.finish(Err(e));
     }
+}
+
+/// What a staged chunk's copies cost on the issuing side.
+struct Copies {
+    /// Time inside the backend's copy calls.
+    issue: std::time::Duration,
+    pieces: u64,
+}
+
+/// The length of the pieces a staged read of `n` bytes goes in (`piece` 0 = one piece).
+pub fn piece_len(piece: usize, n: usize) -> usize {
+    if piece == 0 || piece >= n {
+        n.max(1)
+    } else {
+        piece
+    }
+}
+
+/// Reads `token`'s chunk into the slot, widened to the handle's alignment so the unbuffered
+/// path applies (the chunk grid is anchored at 4096, GRID_ALIGN, so the widened range fits the
+/// slot unless the alignment is larger), piece by piece, queueing each piece's copy of the
+/// chunk's bytes right after reading it.
+fn stage(
+    shared: &Shared,
+    slot: &mut SlotGuard,
+    handle: &mut dyn ReadAt,
+    token: &ChunkToken,
+    dst_offset: usize,
+) -> Result<Copies, EngineError> {
+    let (offset, len) = (token.offset, token.len);
+    let align = handle.direct_alignment().filter(|_| shared.align_reads);
+    let (r0, r1) = widen(offset, len, align, shared.source.len(), slot.buf().len());
+    let n = (r1 - r0) as usize;
+    let head = (offset - r0) as usize;
+    let Some(lease) = token.lease.as_ref() else {
+        // Unreachable: planned chunks always carry their lease.
+        return Err(token.shutdown_error());
+    };
+    let piece = piece_len(shared.copy_piece, n);
+    let mut copies = Copies {
+        issue: std::time::Duration::ZERO,
+        pieces: 0,
+    };
+    let (t0, before, mut aligned) = (Instant::now(), handle.counters(), true);
+    let mut at = 0;
+    while at < n {
+        let m = piece.min(n - at);
+        let tail = slot
+            .buf()
+            .tail_mut(at)
+            .map_err(|e| device_error(token, e))?;
+        let Some(target) = tail.get_mut(..m) else {
+            // Unreachable: chunks are at most slot_bytes long and the slot is slot_bytes.
+            return Err(token.shutdown_error());
+        };
+        aligned &= direct_ok(align, r0 + at as u64, m, target.as_ptr());
+        if let Err(source) = handle.read_exact_at(target, r0 + at as u64) {
+            read_done(shared, handle, before, aligned, t0.elapsed(), (r0, n));
+            return Err(read_error(shared, token, source));
+        }
+        // The chunk's own bytes in this piece (the widened head and tail are not copied).
+        let (c0, c1) = (at.max(head), (at + m).min(head + len));
+        if c0 < c1 {
+            let ti = Instant::now();
+            shared
+                .device
+                .copy_h2d_leased(slot.buf(), c0, lease, dst_offset + (c0 - head), c1 - c0)
+                .map_err(|e| device_error(token, e))?;
+            copies.issue += ti.elapsed();
+            copies.pieces += 1;
+        }
+        at += m;
+    }
+    let read = t0.elapsed().saturating_sub(copies.issue);
+    read_done(shared, handle, before, aligned, read, (r0, n));
+    Ok(copies)
+}
+
+/// Counts a staged read (`range`: file offset and length read) and drops it from the page
+/// cache on cold engines.
+fn read_done(
+    shared: &Shared,
+    handle: &mut dyn ReadAt,
+    before: ds4_io::ReadCounters,
+    aligned: bool,
+    took: std::time::Duration,
+    range: (u64, usize),
+) {
+    let path = ReadPath::between(before, handle.counters(), aligned);
+    if shared.cold {
+        handle.drop_cache(range.0, range.1 as u64);
+    }
+    shared.stats.chunk_read(took, path, true);
 }
 
 fn device_error(token: &ChunkToken, source: crate::device::DeviceError) -> EngineError {
@@ -364,8 +432,11 @@ pub(crate) fn completer(rx: Receiver<InFlight>, stats: Arc<Stats>) {
     for mut f in rx.iter() {
         let r = f.slot.buf().wait();
         stats.copy(f.issued.elapsed());
-        let InFlight { slot, token, .. } = f;
+        let InFlight {
+            slot, token, taken, ..
+        } = f;
         drop(slot); // back to the ring: its copy is over
+        stats.slot_held(taken.elapsed());
         let r = r.map_err(|source| device_error(&token, source));
         token.finish(r);
     }
@@ -496,6 +567,7 @@ impl Dispatcher {
                     dst_offset,
                     token,
                     done: self.done.clone(),
+                    taken: Instant::now(),
                 }));
             }
         }

@@ -2,7 +2,10 @@
 //!
 //! Why: the benchmark and the decode loop need to see where time goes: reading (chunk read
 //! latency), copying (issue to event completion), whole requests, and the stall signal (time the
-//! dispatcher waited for a free staging slot: the ring is too small or copies too slow).
+//! dispatcher waited for a free staging slot: the ring is too small or copies too slow). A staged
+//! chunk's life is timed stage by stage: slot taken → read started (`queued`: waiting for a
+//! reader), the read, the copy calls (`issue`: time inside the backend's copy call, all pieces),
+//! last copy issued → completion seen (`copy`), slot taken → slot back in the ring (`slot_held`).
 //! Histograms are behind one mutex each; they are touched once per chunk, not per byte.
 
 use ds4_io::ReadCounters;
@@ -90,10 +93,19 @@ pub struct StatsSnapshot {
     pub staged_chunks: u64,
     /// Chunks read straight into host-visible destination memory (no copy).
     pub zero_copy_chunks: u64,
+    /// Host-to-device copies issued for staged chunks (a chunk read in pieces issues one per
+    /// piece, each as soon as that piece is read).
+    pub copy_pieces: u64,
     /// Time to read one chunk from the source.
     pub chunk_read: Latency,
-    /// Time from issuing a chunk's copy to seeing its event complete.
+    /// Staged chunks: time from taking the slot to a reader starting the read.
+    pub queued: Latency,
+    /// Staged chunks: time spent inside the backend's copy calls (all pieces of the chunk).
+    pub issue: Latency,
+    /// Time from issuing a chunk's (last) copy to seeing its event complete.
     pub copy: Latency,
+    /// Staged chunks: time from taking the slot to its return to the ring.
+    pub slot_held: Latency,
     /// Time from `submit` to the request's completion.
     pub request: Latency,
     /// Each time the dispatcher found no free staging slot: how long it waited.
@@ -139,9 +151,13 @@ pub(crate) struct Stats {
     probe_errors: AtomicU64,
     staged_chunks: AtomicU64,
     zero_copy_chunks: AtomicU64,
+    copy_pieces: AtomicU64,
     stall_total_us: AtomicU64,
     chunk_read: Hist,
+    queued: Hist,
+    issue: Hist,
     copy: Hist,
+    slot_held: Hist,
     request: Hist,
     stall: Hist,
 }
@@ -160,9 +176,13 @@ impl Stats {
             probe_errors: AtomicU64::new(0),
             staged_chunks: AtomicU64::new(0),
             zero_copy_chunks: AtomicU64::new(0),
+            copy_pieces: AtomicU64::new(0),
             stall_total_us: AtomicU64::new(0),
             chunk_read: Hist::new(),
+            queued: Hist::new(),
+            issue: Hist::new(),
             copy: Hist::new(),
+            slot_held: Hist::new(),
             request: Hist::new(),
             stall: Hist::new(),
         }
@@ -203,6 +223,18 @@ impl Stats {
         self.copy.record(took);
     }
 
+    /// A staged chunk's read started `queued` after its slot was taken; its `pieces` copies
+    /// spent `issue` inside the backend's copy calls.
+    pub(crate) fn staged(&self, queued: Duration, issue: Duration, pieces: u64) {
+        self.queued.record(queued);
+        self.issue.record(issue);
+        self.copy_pieces.fetch_add(pieces, Ordering::Relaxed);
+    }
+
+    pub(crate) fn slot_held(&self, took: Duration) {
+        self.slot_held.record(took);
+    }
+
     pub(crate) fn request(&self, took: Duration, ok: bool) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         if !ok {
@@ -231,8 +263,12 @@ impl Stats {
             probe_errors: ld(&self.probe_errors),
             staged_chunks: ld(&self.staged_chunks),
             zero_copy_chunks: ld(&self.zero_copy_chunks),
+            copy_pieces: ld(&self.copy_pieces),
             chunk_read: self.chunk_read.snapshot(),
+            queued: self.queued.snapshot(),
+            issue: self.issue.snapshot(),
             copy: self.copy.snapshot(),
+            slot_held: self.slot_held.snapshot(),
             request: self.request.snapshot(),
             stall: self.stall.snapshot(),
             stall_total_us: ld(&self.stall_total_us),
@@ -252,11 +288,20 @@ impl Stats {
             &self.probe_errors,
             &self.staged_chunks,
             &self.zero_copy_chunks,
+            &self.copy_pieces,
             &self.stall_total_us,
         ] {
             a.store(0, Ordering::Relaxed);
         }
-        for h in [&self.chunk_read, &self.copy, &self.request, &self.stall] {
+        for h in [
+            &self.chunk_read,
+            &self.queued,
+            &self.issue,
+            &self.copy,
+            &self.slot_held,
+            &self.request,
+            &self.stall,
+        ] {
             h.reset();
         }
     }

@@ -34,7 +34,8 @@ use super::completion::{Completer, RawEvent};
 use super::{check_range, BackendKind, Device, DeviceError, MemInfo};
 use compute::Compute;
 use memory::{Memory, Pinned};
-use std::sync::{Arc, OnceLock};
+use std::cell::Cell;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Settings of a [`Gpu`] (`CudaConfig`, `HipConfig`).
 #[derive(Clone, Debug, Default)]
@@ -154,6 +155,7 @@ impl<R: Runtime> Gpu<R> {
 struct Stream<R: Runtime> {
     rt: Arc<R>,
     raw: R::Stream,
+    events: Arc<EventPool<R>>,
 }
 
 // SAFETY: a stream may be used from any thread with its device bound (which every use here
@@ -170,6 +172,10 @@ impl<R: Runtime> Stream<R> {
         Ok(Self {
             rt: rt.clone(),
             raw,
+            events: Arc::new(EventPool {
+                rt: rt.clone(),
+                free: Mutex::new(Vec::new()),
+            }),
         })
     }
 
@@ -179,13 +185,19 @@ impl<R: Runtime> Stream<R> {
         unsafe { self.rt.stream_sync(self.raw) }
     }
 
-    /// Records a new event after everything queued so far (the device is bound by the caller).
+    /// Records an event after everything queued so far (the device is bound by the caller): a
+    /// pooled one when there is one (a copy per staging piece would otherwise create and
+    /// destroy an event each).
     fn record(&self) -> Result<GpuEvent<R>, DeviceError> {
-        // SAFETY: bound by the caller.
-        let raw = unsafe { self.rt.event_create() }?;
+        let raw = match self.events.take() {
+            Some(e) => e,
+            // SAFETY: bound by the caller.
+            None => unsafe { self.rt.event_create() }?,
+        };
         let ev = GpuEvent {
-            rt: self.rt.clone(),
+            pool: self.events.clone(),
             raw,
+            reusable: Cell::new(false),
         };
         // SAFETY: a live event and stream; bound.
         unsafe { self.rt.event_record(ev.raw, self.raw) }?;
@@ -206,10 +218,65 @@ impl<R: Runtime> Drop for Stream<R> {
     }
 }
 
-/// One copy's event, waited for and destroyed on the completion thread.
-struct GpuEvent<R: Runtime> {
+/// Most idle events a stream keeps for reuse (more are destroyed).
+const POOLED_EVENTS: usize = 256;
+
+/// Events whose last recording was waited for successfully: idle, ready to be recorded again.
+struct EventPool<R: Runtime> {
     rt: Arc<R>,
+    free: Mutex<Vec<R::Event>>,
+}
+
+// SAFETY: idle events may be recorded, waited for and destroyed from any thread with their
+// device bound (every use binds first); the mutex serialises access to the list.
+unsafe impl<R: Runtime> Send for EventPool<R> {}
+// SAFETY: as above.
+unsafe impl<R: Runtime> Sync for EventPool<R> {}
+
+impl<R: Runtime> EventPool<R> {
+    fn take(&self) -> Option<R::Event> {
+        self.free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+    }
+
+    /// Keeps an idle event, or destroys it when the pool is full.
+    fn give(&self, raw: R::Event) {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        if free.len() < POOLED_EVENTS {
+            free.push(raw);
+            return;
+        }
+        drop(free);
+        destroy_event(&*self.rt, raw);
+    }
+}
+
+impl<R: Runtime> Drop for EventPool<R> {
+    fn drop(&mut self) {
+        let free = std::mem::take(self.free.get_mut().unwrap_or_else(PoisonError::into_inner));
+        for raw in free {
+            destroy_event(&*self.rt, raw);
+        }
+    }
+}
+
+fn destroy_event<R: Runtime>(rt: &R, raw: R::Event) {
+    if rt.bind().is_ok() {
+        // SAFETY: the event is ours and nobody holds it any more; destroying a pending event is
+        // allowed (the runtime releases it at completion).
+        let _ = unsafe { rt.event_destroy(raw) };
+    }
+}
+
+/// One copy's event, waited for on the completion thread, then back to its stream's pool (or
+/// destroyed, when its wait failed or never happened).
+struct GpuEvent<R: Runtime> {
+    pool: Arc<EventPool<R>>,
     raw: R::Event,
+    /// Set when a wait saw the recorded work finish: the event is idle and may be recorded again.
+    reusable: Cell<bool>,
 }
 
 // SAFETY: an event may be waited for and destroyed from any thread with its device bound.
@@ -217,18 +284,20 @@ unsafe impl<R: Runtime> Send for GpuEvent<R> {}
 
 impl<R: Runtime> RawEvent for GpuEvent<R> {
     fn wait(&self) -> Result<(), DeviceError> {
-        self.rt.bind()?;
+        self.pool.rt.bind()?;
         // SAFETY: bound; a live event.
-        unsafe { self.rt.event_sync(self.raw) }
+        let r = unsafe { self.pool.rt.event_sync(self.raw) };
+        self.reusable.set(r.is_ok());
+        r
     }
 }
 
 impl<R: Runtime> Drop for GpuEvent<R> {
     fn drop(&mut self) {
-        if self.rt.bind().is_ok() {
-            // SAFETY: the event is ours; destroying a pending event is allowed (the runtime
-            // releases it at completion).
-            let _ = unsafe { self.rt.event_destroy(self.raw) };
+        if self.reusable.get() {
+            self.pool.give(self.raw);
+        } else {
+            destroy_event(&*self.pool.rt, self.raw);
         }
     }
 }
@@ -301,7 +370,10 @@ impl<R: Runtime> Device for Gpu<R> {
             }?;
         }
         let ev = self.stream.record()?;
-        src.record(self.done.track(Box::new(ev), Some(dst.clone())));
+        src.record(
+            self.done.track(Box::new(ev), Some(dst.clone())),
+            src_offset + len,
+        );
         Ok(())
     }
 

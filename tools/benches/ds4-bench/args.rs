@@ -69,6 +69,16 @@ fn chunk_arg(s: &str) -> Result<u64, String> {
     Ok(v)
 }
 
+fn piece_arg(s: &str) -> Result<u64, String> {
+    let v = size_arg(s)?;
+    if v % 4096 != 0 || v > 1 << 30 {
+        return Err(format!(
+            "copy piece {v} bytes: must be 0 or a multiple of 4KiB up to 1GiB"
+        ));
+    }
+    Ok(v)
+}
+
 /// Arguments of `ds4-bench io`.
 #[derive(clap::Args, Debug)]
 pub struct IoArgs {
@@ -127,6 +137,10 @@ pub struct IoArgs {
     /// Staging slots of the engine's ring (slot size = chunk).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub slots: u32,
+    /// Staged chunks are read in pieces of this size, each piece's copy issued as soon as it is
+    /// read (a multiple of 4KiB; 0 = one read and one copy per chunk). [default: the engine's]
+    #[arg(long, value_parser = piece_arg)]
+    pub copy_piece: Option<u64>,
     /// Print one JSON object per run on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,

@@ -47,6 +47,8 @@ pub struct EngineRun {
     pub chunk: u64,
     pub direct: bool,
     pub slots: usize,
+    /// Bytes per staged read piece (`EngineConfig::copy_piece`).
+    pub copy_piece: usize,
 }
 
 fn engine_err(e: EngineError) -> BenchError {
@@ -236,6 +238,7 @@ impl EngineBench {
             EngineConfig {
                 workers: cfg.workers,
                 slots: cfg.slots,
+                copy_piece: cfg.copy_piece,
                 slot_bytes,
                 direct: cfg.direct,
                 // Cold runs drop the file's pages before each repetition instead.

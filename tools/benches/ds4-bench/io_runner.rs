@@ -11,6 +11,7 @@ use super::plan::Plan;
 use super::report::{self, Mode, Row};
 use super::threads::{run_threads, ThreadsCfg};
 use super::{baselines, BenchError};
+use ds4_stream::engine::DEFAULT_COPY_PIECE;
 
 /// A configuration of one (pattern, mode) block and what its repetitions measured so far.
 pub(super) struct Slot {
@@ -384,6 +385,10 @@ impl Ctx<'_> {
             chunk,
             direct,
             slots: self.args.slots as usize,
+            copy_piece: self
+                .args
+                .copy_piece
+                .map_or(DEFAULT_COPY_PIECE, |p| p as usize),
         };
         eb.poison(plan.dest_len)?;
         let (out, stats) = eb.run(&self.file.path, plan, cfg)?;
