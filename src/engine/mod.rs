@@ -18,6 +18,7 @@
 //! Limits: one dispatcher (planning is cheap next to IO), one device stream, chunks of one
 //! request complete in any order; a failed chunk fails its whole request (first error wins).
 
+pub mod depth_tuner;
 mod error;
 mod hostpool;
 mod pipeline;

@@ -12,6 +12,7 @@
 //! request stops the copy with the bytes before it already written.
 
 use crate::device::BackendKind;
+use crate::engine::depth_tuner::DepthTuner;
 use crate::engine::{BytesTicket, Engine, EngineConfig, EngineError};
 use std::collections::VecDeque;
 use std::io::{self, Write};
@@ -27,15 +28,27 @@ pub struct CopyShape {
     pub window: usize,
     /// Bytes per request (a multiple of 4096).
     pub chunk: usize,
+    /// Measure the disk: `window` is then the deepest queue tried, and the copy runs at the
+    /// depth [`DepthTuner`] picks (cold bytes, where disks disagree on the best depth).
+    pub tune: bool,
 }
 
-/// Cold bytes (or unknown): unbuffered reads cost no CPU, the disk wants a deep queue (fio's
-/// best on the virtio disks measured was libaio at depth 32; depth 8 reached 0.8 of it).
+/// Cold bytes (or unknown): unbuffered reads cost no CPU; how deep a queue the disk wants is
+/// measured ([`DepthTuner`]: the H200 machine's virtio disk wants 16-32 requests in flight,
+/// the dev machine's two), up to 24 requests on 16 readers.
 pub const COLD: CopyShape = CopyShape {
     workers: 16,
     window: 24,
     chunk: CHUNK,
+    tune: true,
 };
+
+/// What a copy did: the depth it ended at and, when tuned, each depth measured (bytes/s).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CopyReport {
+    pub window: usize,
+    pub probes: Vec<(usize, f64)>,
+}
 
 /// The shape for a range of which `cached` (0..=1) is in the page cache, on a machine with
 /// `cores` CPUs. Mostly cached (≥ half): reads are copies out of the page cache, so one reader
@@ -50,6 +63,7 @@ pub fn shape_for(cached: Option<f64>, cores: usize) -> CopyShape {
                 workers,
                 window: workers + 2,
                 chunk: CHUNK,
+                tune: false,
             }
         }
         _ => COLD,
@@ -76,21 +90,27 @@ pub enum CopyError {
 }
 
 /// Copies `len` bytes at absolute `offset` of the engine's file to `out`, in order, with up to
-/// `shape.window` requests of at most `shape.chunk` bytes in flight. Requests after the first
-/// start on multiples of the chunk in the file, so only the first and the last are widened for the
-/// unbuffered path (the engine reads 4096-aligned ranges).
+/// `shape.window` requests of at most `shape.chunk` bytes in flight (with `shape.tune`, as many
+/// as [`DepthTuner`] finds fastest, measured over epochs of 1/16 of the copy, 32..=64 MiB).
+/// Requests after the first start on multiples of the chunk in the file, so only the first and
+/// the last are widened for the unbuffered path (the engine reads 4096-aligned ranges).
 pub fn copy_range(
     engine: &Engine,
     shape: CopyShape,
     offset: u64,
     len: u64,
     out: &mut dyn Write,
-) -> Result<(), CopyError> {
-    let window = shape.window.max(1);
-    let mut queued: VecDeque<BytesTicket> = VecDeque::with_capacity(window);
+) -> Result<CopyReport, CopyError> {
+    let max = shape.window.max(1);
+    let mut tuner = shape
+        .tune
+        .then(|| DepthTuner::new(max, (len / 16).clamp(32 << 20, 64 << 20)));
+    let t0 = std::time::Instant::now();
+    let mut queued: VecDeque<BytesTicket> = VecDeque::with_capacity(max);
     let mut next = 0u64;
     let c = shape.chunk.max(4096) as u64;
     loop {
+        let window = tuner.as_ref().map_or(max, DepthTuner::window);
         while next < len && queued.len() < window {
             let at = offset + next;
             let to_grid = c - at % c;
@@ -105,8 +125,21 @@ pub fn copy_range(
         let Some(t) = queued.pop_front() else { break };
         let bytes = t.wait().map_err(CopyError::Read)?;
         out.write_all(&bytes).map_err(CopyError::Write)?;
+        if let Some(t) = tuner.as_mut() {
+            t.written(bytes.len() as u64, t0.elapsed());
+        }
     }
-    out.flush().map_err(CopyError::Write)
+    out.flush().map_err(CopyError::Write)?;
+    Ok(match tuner {
+        Some(t) => CopyReport {
+            window: t.window(),
+            probes: t.probes().to_vec(),
+        },
+        None => CopyReport {
+            window: max,
+            probes: Vec::new(),
+        },
+    })
 }
 
 /// The engine `ds4 cat` reads through (also `ds4-bench io`'s `cat` case): host backend, reads
@@ -151,7 +184,8 @@ mod tests {
             CopyShape {
                 workers: 2,
                 window: 4,
-                chunk: CHUNK
+                chunk: CHUNK,
+                tune: false
             }
         );
         assert_eq!(
@@ -159,7 +193,8 @@ mod tests {
             CopyShape {
                 workers: 2,
                 window: 4,
-                chunk: CHUNK
+                chunk: CHUNK,
+                tune: false
             }
         );
         assert_eq!(
@@ -167,7 +202,8 @@ mod tests {
             CopyShape {
                 workers: 6,
                 window: 8,
-                chunk: CHUNK
+                chunk: CHUNK,
+                tune: false
             }
         );
         assert_eq!(
@@ -175,7 +211,8 @@ mod tests {
             CopyShape {
                 workers: 8,
                 window: 10,
-                chunk: CHUNK
+                chunk: CHUNK,
+                tune: false
             }
         );
         assert_eq!(shape_for(Some(0.5), 4).workers, 4);
@@ -187,6 +224,7 @@ mod tests {
         workers: 2,
         window: 12,
         chunk: CHUNK,
+        tune: false,
     };
 
     fn engine(len: u64, seed: u64) -> Engine {
@@ -217,6 +255,7 @@ mod tests {
                 workers: 2,
                 window: 3,
                 chunk: 1 << 20,
+                tune: false,
             };
             for shape in [T12, small] {
                 let mut out = Vec::new();

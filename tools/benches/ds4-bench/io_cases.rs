@@ -46,26 +46,31 @@ pub(super) fn ceiling_fio(
 
 /// `ds4 cat`'s path on the plan (seq): per batch, `copy_range` of its one request into a
 /// writer that lays the bytes into the destination ring, so the usual verifier checks them.
-/// The copy into the ring is the one cost `cat > /dev/null` does not pay.
+/// The copy into the ring is the one cost `cat > /dev/null` does not pay. Also returns, for
+/// the row's `extra`, the depth each batch ended at and what the depth tuner measured
+/// (`{"windows": [..], "probes": [[depth, GB/s], ..]}`, probes of the first batch).
 pub(super) fn run_cat(
     path: &Path,
     plan: &Plan,
     dest: DestPtr<'_>,
-) -> Result<super::threads::RunOut, BenchError> {
+) -> Result<(super::threads::RunOut, serde_json::Value), BenchError> {
     // The shape `ds4 cat` would choose for these bytes now (after the run's cache preparation).
     let shape = ds4_tools::cli::cat::shape_of(path, 0, plan.file_len).map_err(BenchError::Usage)?;
     let engine = ds4_stream::engine::range_copy::open_engine(path, shape)
         .map_err(|e| BenchError::Runtime(ds4_tools::cli::chain(&e)))?;
     let cpu0 = super::cache::cpu_seconds(false);
     let t0 = std::time::Instant::now();
+    let mut reports = Vec::new();
     for batch in &plan.batches {
         for r in batch {
             let mut w = RingWriter {
                 dest,
                 pos: r.dest_off,
             };
-            ds4_stream::engine::range_copy::copy_range(&engine, shape, r.file_off, r.len, &mut w)
-                .map_err(|e| match e {
+            let rep = ds4_stream::engine::range_copy::copy_range(
+                &engine, shape, r.file_off, r.len, &mut w,
+            )
+            .map_err(|e| match e {
                 ds4_stream::engine::range_copy::CopyError::Read(e) => {
                     BenchError::Runtime(ds4_tools::cli::chain(&e))
                 }
@@ -73,6 +78,7 @@ pub(super) fn run_cat(
                     BenchError::Runtime(format!("cat case: {e}"))
                 }
             })?;
+            reports.push(rep);
         }
     }
     let elapsed = t0.elapsed();
@@ -81,11 +87,20 @@ pub(super) fn run_cat(
         .map(|(a, b)| a - b);
     let s = engine.stats();
     let read = s.direct_chunks + s.buffered_chunks;
-    Ok(super::threads::RunOut {
+    let depth = serde_json::json!({
+        "windows": reports.iter().map(|r| r.window).collect::<Vec<_>>(),
+        "probes": reports.first().map_or(Vec::new(), |r| r
+            .probes
+            .iter()
+            .map(|&(d, bps)| serde_json::json!([d, (bps / 1e6).round() / 1e3]))
+            .collect()),
+    });
+    let out = super::threads::RunOut {
         elapsed,
         cpu_secs,
         direct_fraction: (read > 0).then(|| s.direct_chunks as f64 / read as f64),
-    })
+    };
+    Ok((out, depth))
 }
 
 /// Writes a byte stream into the destination from `pos` on (one thread, in order).

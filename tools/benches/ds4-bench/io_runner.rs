@@ -204,7 +204,9 @@ impl Ctx<'_> {
             }
             Case::Cat => {
                 self.dest.poison(plan.dest_len);
-                run_cat(&path, plan, self.dest.ptr())?
+                let (out, depth) = run_cat(&path, plan, self.dest.ptr())?;
+                m.extra = Some(depth);
+                out
             }
             Case::CStream => {
                 self.dest.poison(plan.dest_len);

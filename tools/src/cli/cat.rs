@@ -27,25 +27,30 @@ pub const CAT_WORKERS: usize = 8;
 /// [`range_copy::shape_of`] the bytes `[offset, offset + len)` of `path` (how [`range_copy::shape_for`]
 /// judges them on this machine).
 ///
-/// `DS4_CAT_SHAPE=WORKERS,WINDOW,CHUNK_KIB` overrides it (for benchmarks of other shapes:
-/// docs/bench/cat-bench.sh); a value that does not parse is an error naming the variable, so a
+/// `DS4_CAT_SHAPE=WORKERS,WINDOW,CHUNK_KIB[,tune]` overrides it (for benchmarks of other
+/// shapes: docs/bench/cat-bench.sh; `tune`: measure the depth up to WINDOW, as cold copies do);
+/// a value that does not parse is an error naming the variable, so a
 /// sweep never measures the default shape by mistake.
 pub fn shape_of(path: &std::path::Path, offset: u64, len: u64) -> Result<CopyShape, String> {
     if let Some(v) = std::env::var_os("DS4_CAT_SHAPE") {
         let v = v.to_string_lossy();
         return parse_shape(&v).ok_or_else(|| {
             format!(
-                "DS4_CAT_SHAPE={v:?}: expected WORKERS,WINDOW,CHUNK_KIB (workers 1..=1024, \
-                 window 1..=4096, chunk a multiple of 4 KiB up to 65536 KiB)"
+                "DS4_CAT_SHAPE={v:?}: expected WORKERS,WINDOW,CHUNK_KIB[,tune] (workers \
+                 1..=1024, window 1..=4096, chunk a multiple of 4 KiB up to 65536 KiB)"
             )
         });
     }
     Ok(range_copy::shape_of(path, offset, len))
 }
 
-/// `WORKERS,WINDOW,CHUNK_KIB`: workers 1..=1024, window 1..=4096, the chunk a multiple of 4 KiB
-/// up to 64 MiB.
+/// `WORKERS,WINDOW,CHUNK_KIB[,tune]`: workers 1..=1024, window 1..=4096, the chunk a multiple
+/// of 4 KiB up to 64 MiB.
 fn parse_shape(v: &str) -> Option<CopyShape> {
+    let (v, tune) = match v.trim_end().strip_suffix(",tune") {
+        Some(head) => (head, true),
+        None => (v, false),
+    };
     let n: Vec<usize> = v
         .split(',')
         .map(|x| x.trim().parse().ok())
@@ -62,6 +67,7 @@ fn parse_shape(v: &str) -> Option<CopyShape> {
                 workers,
                 window,
                 chunk: kib << 10,
+                tune,
             })
         }
         _ => None,
@@ -287,7 +293,7 @@ pub fn run(a: Args) -> CliResult {
     let r = if a.backend == ds4_stream::device::BackendArg::Kind(BackendKind::Host) {
         let shape = shape_of(&a.file, offset, len).map_err(CliError::bad_input)?;
         let engine = cat_engine(&a, shape)?;
-        copy_range(&engine, shape, offset, len, &mut out)
+        copy_range(&engine, shape, offset, len, &mut out).map(|_| ())
     } else {
         copy_via_device(&a, offset, len, &mut out)?
     };
@@ -313,13 +319,25 @@ mod tests {
             Some(CopyShape {
                 workers: 4,
                 window: 6,
-                chunk: 8 << 20
+                chunk: 8 << 20,
+                tune: false
+            })
+        );
+        assert_eq!(
+            parse_shape("16,24,4096,tune"),
+            Some(CopyShape {
+                workers: 16,
+                window: 24,
+                chunk: 4 << 20,
+                tune: true
             })
         );
         for bad in [
             "",
             "4,6",
             "4,6,8192,1",
+            "4,6,8192,tun",
+            "tune",
             "0,6,4096",
             "4,0,4096",
             "4,6,6",
