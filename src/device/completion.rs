@@ -49,6 +49,12 @@ impl Completion {
         })
     }
 
+    /// Fails an operation that never reached the GPU (nothing of it runs: its lease may go
+    /// first, then this).
+    pub(crate) fn fail(&self, detail: String) {
+        self.set(Err(detail));
+    }
+
     fn set(&self, r: Result<(), String>) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.done.is_none() {
@@ -99,7 +105,8 @@ unsafe impl EventImpl for Completion {
 struct Job {
     raw: Option<Box<dyn RawEvent>>,
     leases: Vec<Arc<WriteLease>>,
-    done: Arc<Completion>,
+    /// Every operation the raw event covers (the copy thread records one event per burst).
+    done: Vec<Arc<Completion>>,
 }
 
 impl Job {
@@ -112,7 +119,9 @@ impl Job {
         // Order matters: the leases go before anyone can see the completion.
         self.leases.clear();
         self.raw = None;
-        self.done.set(r);
+        for d in self.done.drain(..) {
+            d.set(r.clone());
+        }
     }
 }
 
@@ -191,17 +200,24 @@ impl Completer {
         leases: Vec<Arc<WriteLease>>,
     ) -> Event {
         let done = Completion::new(self.backend);
-        let job = Job {
-            raw: Some(raw),
-            leases,
-            done: done.clone(),
-        };
-        if let Some(tx) = &self.tx {
-            if let Err(unsent) = tx.send(job) {
-                drop(unsent.into_inner()); // Job::drop waits and completes
-            }
-        }
+        self.queue().track_group(raw, leases, vec![done.clone()]);
         Event::new(done)
+    }
+
+    /// A handle that queues jobs from another thread (the copy thread); the completion thread
+    /// ends only once every handle is gone.
+    pub(crate) fn queue(&self) -> CompletionQueue {
+        CompletionQueue {
+            tx: self.tx.clone(),
+        }
+    }
+
+    /// A completion not yet tied to an operation, and the event that waits for it: the copy
+    /// thread later queues it with the raw event of its copy ([`CompletionQueue::track_group`])
+    /// or fails it ([`Completion::fail`]).
+    pub(crate) fn pending(&self) -> (Arc<Completion>, Event) {
+        let done = Completion::new(self.backend);
+        (done.clone(), Event::new(done))
     }
 
     /// Waits until every job queued so far has been finished.
@@ -210,12 +226,43 @@ impl Completer {
         let job = Job {
             raw: None,
             leases: Vec::new(),
-            done: done.clone(),
+            done: vec![done.clone()],
         };
         if let Some(tx) = &self.tx {
             if tx.send(job).is_ok() {
                 let _ = done.wait();
             }
+        }
+    }
+}
+
+/// Queues jobs for a device's completion thread from any thread.
+pub(crate) struct CompletionQueue {
+    tx: Option<Sender<Job>>,
+}
+
+impl CompletionQueue {
+    /// Queues `raw` (recorded after one or more operations) with the leases they hold; each of
+    /// `done` completes once the raw event has been waited for and the leases dropped. If the
+    /// thread is gone, finishes the job here (waits) so nothing completes early.
+    pub(crate) fn track_group(
+        &self,
+        raw: Box<dyn RawEvent>,
+        leases: Vec<Arc<WriteLease>>,
+        done: Vec<Arc<Completion>>,
+    ) {
+        let job = Job {
+            raw: Some(raw),
+            leases,
+            done,
+        };
+        match &self.tx {
+            Some(tx) => {
+                if let Err(unsent) = tx.send(job) {
+                    drop(unsent.into_inner()); // Job::drop waits and completes
+                }
+            }
+            None => drop(job),
         }
     }
 }

@@ -153,6 +153,7 @@ impl BackendKind {
             BackendKind::Cuda => Ok(Arc::new(cuda::CudaDevice::new(cuda::CudaConfig {
                 ordinal: opts.ordinal,
                 unified: opts.unified,
+                ..Default::default()
             })?)),
             #[cfg(not(feature = "cuda"))]
             BackendKind::Cuda => Err(DeviceError::NotCompiled(self)),
@@ -160,6 +161,7 @@ impl BackendKind {
             BackendKind::Hip => Ok(Arc::new(hip::HipDevice::new(hip::HipConfig {
                 ordinal: opts.ordinal,
                 unified: opts.unified,
+                ..Default::default()
             })?)),
             #[cfg(not(feature = "hip"))]
             BackendKind::Hip => Err(DeviceError::NotCompiled(self)),

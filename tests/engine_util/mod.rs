@@ -62,6 +62,7 @@ pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
             let cfg = CudaConfig {
                 ordinal: 0,
                 unified: Some(unified),
+                ..Default::default()
             };
             match CudaDevice::new(cfg) {
                 Ok(d) => v.push((name, Arc::new(d) as Arc<dyn Device>)),
@@ -76,6 +77,7 @@ pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
             let cfg = HipConfig {
                 ordinal: 0,
                 unified: Some(unified),
+                ..Default::default()
             };
             match HipDevice::new(cfg) {
                 Ok(d) => v.push((name, Arc::new(d) as Arc<dyn Device>)),

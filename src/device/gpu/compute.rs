@@ -160,6 +160,8 @@ unsafe impl<R: Runtime> GpuDevice for Gpu<R> {
         let (s, d) = (self.ours(src, "copy")?, self.ours(dst, "copy")?);
         let ls = Arc::new(src.lease_write(src_offset, len)?);
         let ld = Arc::new(dst.lease_write(dst_offset, len)?);
+        // In stream order after the host copies queued before (as without the copy thread).
+        self.flush_copies();
         self.rt.bind()?;
         if len > 0 {
             let (to, raw) = (d.at(dst_offset), self.stream.raw);
@@ -199,6 +201,7 @@ unsafe impl<R: Runtime> GpuDevice for Gpu<R> {
         args: &mut [*mut c_void],
     ) -> Result<(), DeviceError> {
         let c = self.compute()?;
+        self.flush_copies();
         c.after_copies(&self.stream)?;
         let f = *c
             .funcs
@@ -214,6 +217,7 @@ unsafe impl<R: Runtime> GpuDevice for Gpu<R> {
     fn zero(&self, buf: &Arc<DeviceBuffer>, offset: usize, len: usize) -> Result<(), DeviceError> {
         let c = self.compute()?;
         let at = self.kernel_addr(c, buf, offset, len)?;
+        self.flush_copies();
         c.after_copies(&self.stream)?;
         // SAFETY: `at..at + len` is a checked range of a buffer kept alive in `keep`; bound (by
         // `after_copies`).

@@ -22,6 +22,7 @@
 //! Limits: one copy stream per device; device-to-host reads are synchronous (tests, `cat`).
 
 mod compute;
+mod issue;
 mod kernels;
 mod memory;
 mod runtime;
@@ -33,6 +34,7 @@ use super::buffer::{DeferredErrors, DeviceBuffer, PinnedBuf, WriteLease};
 use super::completion::{Completer, RawEvent};
 use super::{check_range, BackendKind, Device, DeviceError, MemInfo};
 use compute::Compute;
+use issue::{CopyThread, H2d, SendPtr};
 use memory::{Memory, Pinned};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -45,16 +47,32 @@ pub struct GpuConfig {
     /// Unified mode: `None` = on for integrated GPUs only; `Some(true)` forces it on a
     /// discrete GPU (device allocations become mapped pinned host memory).
     pub unified: Option<bool>,
+    /// Issue host-to-device copies on the device's copy thread (`issue.rs`): `None` = on unless
+    /// the environment says `DS4_COPY_THREAD=off` (or `0`); `Some(false)` issues on the
+    /// caller's thread.
+    pub copy_thread: Option<bool>,
+}
+
+/// `GpuConfig::copy_thread` resolved against `DS4_COPY_THREAD`.
+fn copy_thread_on(cfg: Option<bool>) -> bool {
+    cfg.unwrap_or_else(|| {
+        !matches!(
+            std::env::var("DS4_COPY_THREAD").as_deref(),
+            Ok("off" | "0" | "false" | "no")
+        )
+    })
 }
 
 /// One GPU with one copy stream.
 pub struct Gpu<R: Runtime> {
-    // Drop order: the completion thread first (it waits for every queued copy), then the
-    // kernels, the stream, then the runtime handle (its last `Arc`: memory holds one too).
+    // Drop order: the copy thread first (it issues what is queued), the completion thread (it
+    // waits for every queued copy), then the kernels, the stream, then the runtime handle (its
+    // last `Arc`: memory holds one too).
+    copier: Option<CopyThread>,
     done: Completer,
     /// The kernels and their stream, made on first use (NVRTC / hipRTC compile).
     compute: OnceLock<Compute<R>>,
-    stream: Stream<R>,
+    stream: Arc<Stream<R>>,
     rt: Arc<R>,
     deferred: Arc<DeferredErrors>,
     name: String,
@@ -92,20 +110,45 @@ impl<R: Runtime> Gpu<R> {
                 detail: "this device cannot map host memory".into(),
             });
         }
-        let stream = Stream::new(&rt)?;
+        let stream = Arc::new(Stream::new(&rt)?);
         let r = rt.clone();
         let done = Completer::start(R::KIND, move || r.bind())?;
+        let deferred: Arc<DeferredErrors> = Arc::default();
+        let copier = match copy_thread_on(cfg.copy_thread) {
+            true => Some(CopyThread::start(
+                rt.clone(),
+                stream.clone(),
+                done.queue(),
+                deferred.clone(),
+            )?),
+            false => None,
+        };
         let name = format!("{} ({} {})", rt.name(), R::LABEL, cfg.ordinal);
         Ok(Self {
+            copier,
             done,
             compute: OnceLock::new(),
             stream,
             rt,
-            deferred: Arc::default(),
+            deferred,
             name,
             unified,
             integrated: caps.integrated,
         })
+    }
+
+    /// Returns once every copy queued on the copy thread so far is on the stream (at once when
+    /// none is queued or there is no copy thread): what must follow them in stream order (a
+    /// kernel launch, a stream sync) calls this first.
+    fn flush_copies(&self) {
+        if let Some(c) = &self.copier {
+            c.queue.flush();
+        }
+    }
+
+    /// True when the GPU copies on a thread of its own (`GpuConfig::copy_thread`).
+    pub fn copy_thread(&self) -> bool {
+        self.copier.is_some()
     }
 
     /// True when the GPU shares memory with the CPU (what `unified` defaults to).
@@ -357,6 +400,25 @@ impl<R: Runtime> Device for Gpu<R> {
             });
         }
         let mem = self.ours(dst.buffer(), "copy")?;
+        if let Some(c) = &self.copier {
+            let (done, ev) = self.done.pending();
+            let job = H2d {
+                to: mem.at(dst_offset),
+                // In bounds: checked above (`src_offset + len <= src.len()`).
+                from: SendPtr(src.src_ptr().wrapping_add(src_offset)),
+                len,
+                lease: dst.clone(),
+                done,
+            };
+            if let Err(job) = c.queue.push(job) {
+                // Only while the device is dropped, which no caller can overlap.
+                drop(job.lease);
+                job.done.fail("copy thread stopped".into());
+                return Err(DeviceError::StreamClosed(R::KIND));
+            }
+            src.record(ev, src_offset + len);
+            return Ok(());
+        }
         self.rt.bind()?;
         if len > 0 {
             // SAFETY: bound; the source range lies in pinned memory owned by `src` (checked
@@ -387,6 +449,7 @@ impl<R: Runtime> Device for Gpu<R> {
         let _lease = src.lease_read(offset, dst.len())?;
         let mem = self.ours(src, "copy")?;
         // After every copy and kernel queued before.
+        self.flush_copies();
         self.synchronize_compute()?;
         self.stream.synchronize()?;
         if dst.is_empty() {
@@ -410,6 +473,7 @@ impl<R: Runtime> Device for Gpu<R> {
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {
+        self.flush_copies();
         self.synchronize_compute()?;
         self.stream.synchronize()?;
         self.done.drain();

@@ -127,6 +127,10 @@ pub struct Args {
     /// a fixed cost each (docs/BENCHMARKS.md): measure before changing it.
     #[arg(long, value_name = "SIZE", default_value = "4MiB")]
     pub read_chunk: String,
+    /// Staged reads (a discrete GPU) go in pieces of this size, each piece's copy issued once
+    /// it is read; 0 (the default) = one read and one copy per chunk. A multiple of 4KiB.
+    #[arg(long, value_name = "SIZE", default_value = "0")]
+    pub copy_piece: String,
     /// Where the MoE stack runs: host (reference kernels), cuda or hip (the GPU kernels, NVRTC /
     /// hipRTC at run time; experts in a device slab the engine reads into), or auto (the first
     /// of cuda, hip, host that opens; without a GPU, host).
@@ -584,7 +588,16 @@ pub fn run(a: Args) -> CliResult {
 
 /// The engine's configuration for the run, checked (a bad `--workers` is a usage error).
 fn engine_config(a: &Args, chunk: usize) -> Result<EngineConfig, CliError> {
+    let text = &a.copy_piece;
+    let piece = ds4_stream::units::parse_size(text)
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| n % 4096 == 0)
+        .ok_or_else(|| {
+            CliError::bad_input(format!("--copy-piece {text:?}: must be 0 or a multiple of 4KiB"))
+        })?;
     let cfg = EngineConfig {
+        copy_piece: piece,
         workers: a.workers,
         cold: a.ssd_streaming_cold,
         slot_bytes: chunk,
