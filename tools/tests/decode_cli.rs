@@ -321,6 +321,9 @@ fn bad_input_is_named_and_exits_2() {
     for chunk in ["5000", "32KiB", "128MiB", "lots"] {
         fails_with(&["-m", m, "--read-chunk", chunk], 2, "--read-chunk");
     }
+    for piece in ["5000", "lots", "4097B"] {
+        fails_with(&["-m", m, "--copy-piece", piece], 2, "--copy-piece");
+    }
     fails_with(
         &[
             "-m",
