@@ -594,7 +594,9 @@ fn engine_config(a: &Args, chunk: usize) -> Result<EngineConfig, CliError> {
         .and_then(|n| usize::try_from(n).ok())
         .filter(|n| n % 4096 == 0)
         .ok_or_else(|| {
-            CliError::bad_input(format!("--copy-piece {text:?}: must be 0 or a multiple of 4KiB"))
+            CliError::bad_input(format!(
+                "--copy-piece {text:?}: must be 0 or a multiple of 4KiB"
+            ))
         })?;
     let cfg = EngineConfig {
         copy_piece: piece,
