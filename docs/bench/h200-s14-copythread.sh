@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 18, fourteenth session: the GPU's copy thread (src/device/gpu/issue.rs), same run.
-#   bash docs/bench/h200-s14-copythread.sh [bench]
+#   PARTS="tests io kv decode" bash docs/bench/h200-s14-copythread.sh   (any subset; default all)
 # D=.dev/device: new binaries (ds4, ds4-bench, ds4-hip, GPU test binaries); B=.dev/base14: ds4,
 # ds4-bench of b2e48b5 (copies issued by the readers, one per 4 MiB chunk); .dev/wheels: KvikIO.
 # 1. every GPU test of the device, engine, store and decode paths (cuda, hip through the shim)
@@ -15,7 +15,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; free -g
 t() { local n=$1; shift; echo "=== $n"; local s=$SECONDS
   "$@" > "$OUT/$n.log" 2>&1; echo "rc $?"
   grep -E "test result|panicked|FAILED" "$OUT/$n.log" | head -8; echo "($((SECONDS-s)) s)"; }
-if [ "${1:-all}" != bench ]; then
+P=" ${PARTS:-tests io kv decode} "; has() { case "$P" in *" $1 "*) return 0;; esac; return 1; }
+if has tests; then
   mkdir -p /work/main/target/release
   export DS4_GPU_TESTS=cuda
   cp $D/ds4 /work/main/target/release/ds4
@@ -50,7 +51,7 @@ print(f"  {sys.argv[2]:16} engine {e['gbps']:6.2f}  host {g['engine-host']['gbps
       f"  us p50/p99: read {p('chunk_read')} queued {p('queued')} issue {p('issue')} copy {p('copy')} held {p('slot_held')} stall {x.get('stall_total_us')}")
 PY
 }
-for pat in expert seq; do
+has io && for pat in expert seq; do
   tot=8GiB; [ $pat = expert ] && tot=2700MiB
   for rep in 1 2; do
     echo "== $pat rep $rep"
@@ -60,7 +61,7 @@ for pat in expert seq; do
   done
 done
 kv=/root/kvikio-py
-if [ -d .dev/wheels ]; then rm -rf $kv; mkdir -p $kv
+if has kv && [ -d .dev/wheels ]; then rm -rf $kv; mkdir -p $kv
   for w in .dev/wheels/*.whl; do python3 -m zipfile -e "$w" $kv > /dev/null; done
   export PYTHONPATH=$kv LD_LIBRARY_PATH="$kv/libkvikio/lib64:$kv/rapids_logger/lib64"
   if python3 -c "import kvikio, cupy; print('kvikio', kvikio.__version__)"; then
@@ -75,7 +76,7 @@ s() { python3 docs/bench/run-summary.py "$1"; }
 r() { local name=$1; shift; cat $m > /dev/null
   "$@" --backend cuda -m $m --json > "$OUT/$name.json" 2>"$OUT/$name.err" && s "$OUT/$name.json" \
     || echo "  $name FAILED: $(tail -2 "$OUT/$name.err")"; }
-for rep in 1 2; do
+has decode && for rep in 1 2; do
   for v in base new p1MiB inline; do
     X="$D/ds4"; E=""
     case $v in base) X=$B/ds4;; p1MiB) X="$D/ds4 --copy-piece 1MiB";; inline) E="DS4_COPY_THREAD=off";; esac
