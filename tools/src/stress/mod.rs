@@ -196,6 +196,9 @@ impl Drop for BudgetGuard<'_> {
     }
 }
 
+/// Bytes verified per second assumed before a run has measured its own (its first second).
+pub const PRIOR_RATE: f64 = 256.0 * 1024.0 * 1024.0;
+
 /// When to stop: a deadline and/or an op count, or an explicit stop.
 pub struct Work {
     start: Instant,
@@ -248,7 +251,8 @@ impl Work {
     }
     /// The largest operation that can still finish by the deadline: what the run has verified
     /// per second so far times the time left, less the bytes other clients hold in flight
-    /// (they finish first). Without a deadline, or in the first second (no rate yet): no cap.
+    /// (they finish first). Without a deadline: no cap; in the first second (no rate yet),
+    /// [`PRIOR_RATE`] stands for the rate.
     /// This keeps `--duration` honest: a multi-GiB read started a moment before the end
     /// would otherwise run (and be verified) for seconds after it.
     pub fn bytes_until_deadline(&self, verified: u64, in_flight: u64) -> u64 {
@@ -257,12 +261,15 @@ impl Work {
         };
         let now = Instant::now();
         let elapsed = now.duration_since(self.start).as_secs_f64();
-        if elapsed < 1.0 || verified == 0 {
-            return u64::MAX;
-        }
         let left = deadline.saturating_duration_since(now).as_secs_f64();
-        let can = (verified as f64 / elapsed * left) as u64;
-        can.saturating_sub(in_flight)
+        // No rate of its own yet: a slow machine's, so that a multi-GiB read drawn at the very
+        // start of a short run does not outlast it (on CI's 2 cores a 4 s run took 8.8 s so).
+        let rate = if elapsed < 1.0 || verified == 0 {
+            PRIOR_RATE
+        } else {
+            verified as f64 / elapsed
+        };
+        ((rate * left) as u64).saturating_sub(in_flight)
     }
 }
 
