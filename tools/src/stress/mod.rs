@@ -197,7 +197,7 @@ impl Drop for BudgetGuard<'_> {
 }
 
 /// Bytes verified per second assumed before a run has measured its own (its first second).
-pub const PRIOR_RATE: f64 = 256.0 * 1024.0 * 1024.0;
+const PRIOR_RATE: f64 = 256.0 * 1024.0 * 1024.0;
 
 /// When to stop: a deadline and/or an op count, or an explicit stop.
 pub struct Work {
@@ -263,7 +263,7 @@ impl Work {
         let elapsed = now.duration_since(self.start).as_secs_f64();
         let left = deadline.saturating_duration_since(now).as_secs_f64();
         // No rate of its own yet: a slow machine's, so that a multi-GiB read drawn at the very
-        // start of a short run does not outlast it (on CI's 2 cores a 4 s run took 8.8 s so).
+        // start of a short run does not outlast it (a 4 s run took 8.8 s so on a 2-core machine).
         let rate = if elapsed < 1.0 || verified == 0 {
             PRIOR_RATE
         } else {
