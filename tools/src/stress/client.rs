@@ -148,6 +148,20 @@ impl Ctx {
             .max(1 << 20)
     }
 
+    /// A poisoned destination ([`poisoned`]), its preparation timed for the deadline's cap.
+    fn poisoned(
+        &self,
+        dest: Dest,
+        len: usize,
+        reuse: bool,
+        s: &mut Scratch,
+    ) -> Result<Arc<DeviceBuffer>, String> {
+        let t0 = Instant::now();
+        let b = poisoned(self.device.as_ref(), dest, len, reuse, s)?;
+        self.work.poisoned(len as u64, t0.elapsed());
+        Ok(b)
+    }
+
     /// After waiting for the budget: whether the operation still starts (the run is not over,
     /// and it can still finish in time; a multi-GiB read drawn early may get its bytes only
     /// near the end).
@@ -536,7 +550,7 @@ pub fn thread_client(ctx: Arc<Ctx>, seed: u64, lost: Arc<std::sync::Mutex<Vec<Ti
         }
         ctx.tally.ops.fetch_add(1, Ordering::Relaxed);
         let reuse = op.bad.is_none();
-        let dst = match poisoned(ctx.device.as_ref(), op.dest, op.dest_len, reuse, &mut s) {
+        let dst = match ctx.poisoned(op.dest, op.dest_len, reuse, &mut s) {
             Ok(d) => d,
             Err(e) => {
                 ctx.tally
@@ -639,7 +653,7 @@ pub async fn task_client(ctx: Arc<Ctx>, seed: u64) {
             continue;
         }
         let reuse = op.bad.is_none();
-        let dst = match poisoned(ctx.device.as_ref(), op.dest, op.dest_len, reuse, &mut s) {
+        let dst = match ctx.poisoned(op.dest, op.dest_len, reuse, &mut s) {
             Ok(d) => d,
             Err(e) => {
                 ctx.tally
