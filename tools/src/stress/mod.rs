@@ -703,3 +703,31 @@ fn progress_loop(t: &Tally, w: &Work, t0: Instant) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Work;
+    use std::time::Duration;
+
+    const MIB: f64 = (1u64 << 20) as f64;
+
+    /// The cap counts the preparation of the destination as well as the read: 10 s left at
+    /// 256 MiB/s for each is 1280 MiB, less what others hold in flight, and more once the
+    /// clients have timed a faster preparation.
+    #[test]
+    fn cap_counts_preparing_the_destination() {
+        let w = Work::new(Some(Duration::from_secs(10)), None);
+        let mib = |b: u64| b as f64 / MIB;
+        let fresh = mib(w.bytes_until_deadline(0, 0));
+        assert!((1270.0..=1280.0).contains(&fresh), "{fresh}");
+        let busy = mib(w.bytes_until_deadline(0, 512 << 20));
+        assert!((1010.0..=1024.0).contains(&busy), "{busy}");
+        w.poisoned(1 << 30, Duration::from_secs(1));
+        let fast = mib(w.bytes_until_deadline(0, 0));
+        assert!((2030.0..=2048.0).contains(&fast), "{fast}");
+        assert_eq!(
+            Work::new(None, Some(5)).bytes_until_deadline(0, 0),
+            u64::MAX
+        );
+    }
+}
