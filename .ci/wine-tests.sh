@@ -442,7 +442,7 @@ say "ds4.exe end to end done ($(elapsed))"
 # library of amdhip64_7.dll made from our own declarations, and run against a stub DLL
 # ---------------------------------------------------------------------------------------------
 # The AMD HIP SDK has no import library for GNU ld (docs/WINDOWS.md), and there is no AMD GPU
-# here: a .def file of the 25 HIP calls src/device/hip/api.rs declares gives both the import
+# here: a .def file of the HIP calls src/device/hip/api.rs declares gives both the import
 # library (dlltool) and a stub amdhip64_7.dll whose hipGetDeviceCount answers hipErrorNoDevice
 # (100). tests/device_backends.rs built with `--features hip` (clippy-driver, -D warnings) must
 # start against it and skip its hip rows with that error. Proves the Windows hip build links and

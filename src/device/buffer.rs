@@ -33,6 +33,11 @@ pub unsafe trait EventImpl: Send + Sync {
     fn query(&self) -> Result<bool, DeviceError>;
     /// Blocks until the operation has finished; an error says it failed (it is still over).
     fn wait(&self) -> Result<(), DeviceError>;
+    /// When the operation was handed to its waiter and when it was seen finished, where the
+    /// backend keeps them (the engine's stage trace); `(None, None)` by default.
+    fn times(&self) -> (Option<std::time::Instant>, Option<std::time::Instant>) {
+        (None, None)
+    }
 }
 
 /// A recorded event (cheap to clone). Only backends create them (they vouch for the
@@ -49,6 +54,10 @@ impl Event {
     }
     pub fn wait(&self) -> Result<(), DeviceError> {
         self.0.wait()
+    }
+    /// See [`EventImpl::times`].
+    pub fn times(&self) -> (Option<std::time::Instant>, Option<std::time::Instant>) {
+        self.0.times()
     }
 }
 

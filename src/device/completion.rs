@@ -16,8 +16,10 @@
 use super::buffer::{Event, EventImpl, WriteLease};
 use super::{BackendKind, DeviceError};
 use crossbeam_channel::{unbounded, Sender};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// A backend's raw event (CUevent, hipEvent_t): waited for once on the completion thread, then
 /// dropped there (its `Drop` destroys it).
@@ -38,6 +40,12 @@ pub(crate) struct Completion {
     backend: BackendKind,
     state: Mutex<State>,
     cv: Condvar,
+    /// Mirrors `state.done.is_some()` for waiters that poll before they park.
+    set_flag: AtomicBool,
+    /// When the operation's event went to the completion thread, and when it was seen over
+    /// (for the engine's stage trace).
+    queued_at: OnceLock<Instant>,
+    done_at: OnceLock<Instant>,
 }
 
 impl Completion {
@@ -46,6 +54,9 @@ impl Completion {
             backend,
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
+            set_flag: AtomicBool::new(false),
+            queued_at: OnceLock::new(),
+            done_at: OnceLock::new(),
         })
     }
 
@@ -56,10 +67,12 @@ impl Completion {
     }
 
     fn set(&self, r: Result<(), String>) {
+        let _ = self.done_at.set(Instant::now());
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.done.is_none() {
             st.done = Some(r);
         }
+        self.set_flag.store(true, Ordering::Release);
         self.cv.notify_all();
     }
 
@@ -91,6 +104,9 @@ unsafe impl EventImpl for Completion {
     }
 
     fn wait(&self) -> Result<(), DeviceError> {
+        super::handoff::poll_for(super::handoff::spin(), || {
+            self.set_flag.load(Ordering::Acquire)
+        });
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(r) = &st.done {
@@ -98,6 +114,10 @@ unsafe impl EventImpl for Completion {
             }
             st = self.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    fn times(&self) -> (Option<Instant>, Option<Instant>) {
+        (self.queued_at.get().copied(), self.done_at.get().copied())
     }
 }
 
@@ -158,7 +178,7 @@ impl Completer {
                 if !ok {
                     return;
                 }
-                for mut job in rx {
+                while let Some(mut job) = super::handoff::recv(&rx) {
                     job.finish();
                 }
             })
@@ -251,6 +271,10 @@ impl CompletionQueue {
         leases: Vec<Arc<WriteLease>>,
         done: Vec<Arc<Completion>>,
     ) {
+        let now = Instant::now();
+        for d in &done {
+            let _ = d.queued_at.set(now);
+        }
         let job = Job {
             raw: Some(raw),
             leases,

@@ -28,6 +28,7 @@ pub mod cuda;
 pub mod foreign;
 #[cfg(any(feature = "cuda", feature = "hip"))]
 pub mod gpu;
+pub(crate) mod handoff;
 #[cfg(feature = "hip")]
 pub mod hip;
 pub mod host;

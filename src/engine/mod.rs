@@ -25,6 +25,7 @@ mod pipeline;
 pub mod range_copy;
 mod request;
 mod stats;
+mod trace;
 
 pub use error::EngineError;
 pub use hostpool::HostPoolStats;

@@ -10,6 +10,7 @@
 
 use super::request::{ChunkToken, RequestState};
 use super::stats::{ReadPath, Stats};
+use super::trace::ChunkTimes;
 use super::EngineError;
 use crate::device::{Device, PinnedBuf, WriteLease};
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
@@ -198,6 +199,9 @@ pub(crate) struct InFlight {
     token: ChunkToken,
     issued: Instant,
     taken: Instant,
+    /// When the read started and the time inside the copy calls (for the stage trace).
+    started: Instant,
+    issue: std::time::Duration,
 }
 
 /// True when the unbuffered path can serve this read on this handle (used for the stats of
@@ -297,11 +301,11 @@ impl Job for StagedJob {
             taken,
         } = *self;
         let started = Instant::now();
-        let issued = match stage(&shared, &mut slot, handle, &token, dst_offset) {
+        let (issued, issue) = match stage(&shared, &mut slot, handle, &token, dst_offset) {
             Ok(copies) => {
                 let queued = started.saturating_duration_since(taken);
                 shared.stats.staged(queued, copies.issue, copies.pieces);
-                Instant::now()
+                (Instant::now(), copies.issue)
             }
             // The slot returns to the ring with its last copy's event recorded (the next
             // user waits for it); the backend's lease clones keep the destination leased.
@@ -316,6 +320,8 @@ impl Job for StagedJob {
             token,
             issued,
             taken,
+            started,
+            issue,
         });
     }
 
@@ -429,14 +435,37 @@ fn device_error(token: &ChunkToken, source: crate::device::DeviceError) -> Engin
 
 /// The completer thread: waits copy events in issue order, recycles slots, finishes chunks.
 pub(crate) fn completer(rx: Receiver<InFlight>, stats: Arc<Stats>) {
-    for mut f in rx.iter() {
+    while let Some(mut f) = crate::device::handoff::recv(&rx) {
+        let ev = match stats.trace.on() {
+            true => f.slot.buf().event().cloned(),
+            false => None,
+        };
         let r = f.slot.buf().wait();
         stats.copy(f.issued.elapsed());
         let InFlight {
-            slot, token, taken, ..
+            slot,
+            token,
+            taken,
+            started,
+            issue,
+            issued,
         } = f;
         drop(slot); // back to the ring: its copy is over
         stats.slot_held(taken.elapsed());
+        if stats.trace.on() {
+            let (handed, seen) = ev.map_or((None, None), |e| e.times());
+            stats.trace.chunk(&ChunkTimes {
+                handed,
+                seen,
+                offset: token.offset,
+                len: token.len as u64,
+                taken,
+                started,
+                issue,
+                issued,
+                done: Instant::now(),
+            });
+        }
         let r = r.map_err(|source| device_error(&token, source));
         token.finish(r);
     }

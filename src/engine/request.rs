@@ -197,6 +197,8 @@ pub(crate) struct RequestState {
     error: Mutex<Option<EngineError>>,
     leases: Mutex<Vec<Arc<WriteLease>>>,
     started: Instant,
+    /// Chunks of the request (for the stage trace).
+    chunks: u64,
     completion: Arc<Completion>,
     stats: Arc<Stats>,
 }
@@ -214,6 +216,7 @@ impl RequestState {
             error: Mutex::new(None),
             leases: Mutex::new(leases),
             started: Instant::now(),
+            chunks,
             completion,
             stats,
         });
@@ -255,6 +258,7 @@ impl RequestState {
         }
         // Stats first: a caller woken by the completion must see its request counted.
         self.stats.request(self.started.elapsed(), r.is_ok());
+        self.stats.trace.request(self.started, self.chunks);
         self.completion.complete(r);
     }
 }

@@ -8,6 +8,7 @@
 //! last copy issued → completion seen (`copy`), slot taken → slot back in the ring (`slot_held`).
 //! Histograms are behind one mutex each; they are touched once per chunk, not per byte.
 
+use super::trace::StageTrace;
 use ds4_io::ReadCounters;
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -160,6 +161,8 @@ pub(crate) struct Stats {
     slot_held: Hist,
     request: Hist,
     stall: Hist,
+    /// The optional per-chunk timeline (`DS4_STAGE_TRACE`).
+    pub(crate) trace: StageTrace,
 }
 
 impl Stats {
@@ -185,6 +188,7 @@ impl Stats {
             slot_held: Hist::new(),
             request: Hist::new(),
             stall: Hist::new(),
+            trace: StageTrace::from_env(),
         }
     }
 

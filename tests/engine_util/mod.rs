@@ -48,8 +48,8 @@ pub fn devices() -> Vec<(&'static str, Arc<dyn Device>)> {
     v
 }
 
-/// The GPU devices of the backends compiled in: CUDA and HIP, each staged and forced unified
-/// (mapped pinned memory). A backend whose device is absent is skipped with a note on stderr, unless
+/// The GPU devices of the backends compiled in: CUDA and HIP, each staged (copies issued by the
+/// caller, and by the copy thread) and forced unified (mapped pinned memory). A backend whose device is absent is skipped with a note on stderr, unless
 /// `DS4_GPU_TESTS` names it (`cuda`, `hip`, comma-separated): then absence fails the test, so
 /// a GPU machine run cannot pass by skipping.
 pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
@@ -58,10 +58,17 @@ pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
     #[cfg(feature = "cuda")]
     {
         use ds4_stream::device::cuda::{CudaConfig, CudaDevice};
-        for (name, unified) in [("cuda", false), ("cuda-unified", true)] {
+        // Staged with copies issued by the caller (the default), staged through the copy
+        // thread (opt-in: `DS4_COPY_THREAD=on`), and forced unified.
+        for (name, unified, thread) in [
+            ("cuda", false, None),
+            ("cuda-copy-thread", false, Some(true)),
+            ("cuda-unified", true, None),
+        ] {
             let cfg = CudaConfig {
                 ordinal: 0,
                 unified: Some(unified),
+                copy_thread: thread,
                 ..Default::default()
             };
             match CudaDevice::new(cfg) {
@@ -73,10 +80,17 @@ pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
     #[cfg(feature = "hip")]
     {
         use ds4_stream::device::hip::{HipConfig, HipDevice};
-        for (name, unified) in [("hip", false), ("hip-unified", true)] {
+        // Staged with copies issued by the caller (the default), staged through the copy
+        // thread (opt-in: `DS4_COPY_THREAD=on`), and forced unified.
+        for (name, unified, thread) in [
+            ("hip", false, None),
+            ("hip-copy-thread", false, Some(true)),
+            ("hip-unified", true, None),
+        ] {
             let cfg = HipConfig {
                 ordinal: 0,
                 unified: Some(unified),
+                copy_thread: thread,
                 ..Default::default()
             };
             match HipDevice::new(cfg) {

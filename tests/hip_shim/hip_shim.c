@@ -687,6 +687,8 @@ hipError_t hipEventSynchronize(hipEvent_t e) {
     return tr("hipEventSynchronize", cudaEventSynchronize(e));
 }
 
+hipError_t hipEventQuery(hipEvent_t e) { return tr("hipEventQuery", cudaEventQuery(e)); }
+
 hipError_t hipEventDestroy(hipEvent_t e) { return tr("hipEventDestroy", cudaEventDestroy(e)); }
 
 hipError_t hipHostMalloc(void **ptr, size_t size, unsigned int flags) {

@@ -271,6 +271,14 @@ unsafe impl Runtime for Cuda {
         unsafe { cu::event::synchronize(e) }.map_err(err("cuEventSynchronize"))
     }
 
+    unsafe fn event_query(&self, e: sys::CUevent) -> Result<bool, DeviceError> {
+        // SAFETY: the caller's contract.
+        match unsafe { sys::cuEventQuery(e) } {
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => check(r, "cuEventQuery").map(|()| true),
+        }
+    }
+
     unsafe fn event_destroy(&self, e: sys::CUevent) -> Result<(), DeviceError> {
         // SAFETY: the caller's contract.
         unsafe { cu::event::destroy(e) }.map_err(err("cuEventDestroy"))

@@ -71,7 +71,7 @@ impl<R: Runtime> Compute<R> {
                 }
             };
         }
-        let stream = Stream::new(rt).inspect_err(|_| unload())?;
+        let stream = Stream::new(rt, std::time::Duration::ZERO).inspect_err(|_| unload())?;
         Ok(Self {
             rt: rt.clone(),
             module,

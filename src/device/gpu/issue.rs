@@ -15,14 +15,18 @@
 //! Errors: a failed issue fails that copy and every copy queued after it (the device is broken:
 //! a copy with checked arguments fails only when the context has), and goes to the device's
 //! deferred errors so the next `synchronize` reports it too.
-//! `DS4_COPY_THREAD=off` (or `GpuConfig::copy_thread = Some(false)`) issues on the caller's
-//! thread instead, as before.
+//! Opt-in: `DS4_COPY_THREAD=on` (or `GpuConfig::copy_thread = Some(true)`); by default the
+//! caller's thread issues. Measured on an H100 (docs/BENCHMARKS.md, "Issue 18", runs 3-7) it
+//! bought nothing: the readers' time inside the copy calls was 40-50 µs of a 400-500 µs chunk,
+//! and the staged expert pattern is bounded by the copies queueing on the link, not by the
+//! calls.
 
 use super::{Runtime, Stream};
 use crate::device::buffer::{DeferredErrors, WriteLease};
 use crate::device::completion::{Completion, CompletionQueue};
-use crate::device::DeviceError;
+use crate::device::{handoff, DeviceError};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -33,6 +37,8 @@ pub(super) const BURST: usize = 32;
 /// jobs queued before it have been taken and run. Generic so its rules are tested on the host.
 pub(super) struct IssueQueue<J> {
     st: Mutex<State<J>>,
+    /// Jobs queued and not yet taken (mirrors `st.jobs.len()` for the worker's polling).
+    waiting: AtomicUsize,
     work: Condvar,
     issued: Condvar,
 }
@@ -59,6 +65,7 @@ impl<J> IssueQueue<J> {
             }),
             work: Condvar::new(),
             issued: Condvar::new(),
+            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -75,6 +82,7 @@ impl<J> IssueQueue<J> {
         let wake = st.jobs.is_empty();
         st.jobs.push_back(job);
         st.queued += 1;
+        self.waiting.fetch_add(1, Ordering::Release);
         drop(st);
         if wake {
             self.work.notify_one();
@@ -109,6 +117,9 @@ impl<J> IssueQueue<J> {
     pub(super) fn run(&self, burst: usize, mut issue: impl FnMut(&mut Vec<J>)) {
         let mut batch = Vec::with_capacity(burst);
         loop {
+            if self.waiting.load(Ordering::Acquire) == 0 {
+                handoff::poll_for(handoff::spin(), || self.waiting.load(Ordering::Acquire) > 0);
+            }
             let mut st = self.lock();
             while st.jobs.is_empty() && !st.closed {
                 st = self.work.wait(st).unwrap_or_else(PoisonError::into_inner);
@@ -118,6 +129,7 @@ impl<J> IssueQueue<J> {
             }
             let n = st.jobs.len().min(burst.max(1));
             batch.extend(st.jobs.drain(..n));
+            self.waiting.fetch_sub(n, Ordering::Release);
             drop(st);
             issue(&mut batch);
             batch.clear();

@@ -38,6 +38,7 @@ use issue::{CopyThread, H2d, SendPtr};
 use memory::{Memory, Pinned};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Settings of a [`Gpu`] (`CudaConfig`, `HipConfig`).
 #[derive(Clone, Debug, Default)]
@@ -47,18 +48,38 @@ pub struct GpuConfig {
     /// Unified mode: `None` = on for integrated GPUs only; `Some(true)` forces it on a
     /// discrete GPU (device allocations become mapped pinned host memory).
     pub unified: Option<bool>,
-    /// Issue host-to-device copies on the device's copy thread (`issue.rs`): `None` = on unless
-    /// the environment says `DS4_COPY_THREAD=off` (or `0`); `Some(false)` issues on the
-    /// caller's thread.
+    /// Issue host-to-device copies on the device's copy thread (`issue.rs`): `None` = off
+    /// unless the environment says `DS4_COPY_THREAD=on` (or `1`); `Some(false)` issues on the
+    /// caller's thread. Off by default: on an H100 it measured no gain over issuing on the
+    /// readers' threads (docs/BENCHMARKS.md, "Issue 18", runs 3-7).
     pub copy_thread: Option<bool>,
+    /// How long a wait for a copy's event polls it (cuEventQuery / hipEventQuery) before it
+    /// blocks in the driver: `None` = `DS4_EVENT_SPIN_US` (microseconds) or
+    /// [`DEFAULT_EVENT_SPIN`]; zero blocks at once.
+    pub event_spin: Option<Duration>,
+}
+
+/// How long a copy's event is polled before the wait blocks (`GpuConfig::event_spin`): zero,
+/// since polling for 1 ms bought 0-8 % on the H100's expert pattern and nothing in decode for a
+/// spinning core (docs/BENCHMARKS.md, "Issue 18", run 5).
+pub const DEFAULT_EVENT_SPIN: Duration = Duration::ZERO;
+
+/// `GpuConfig::event_spin` resolved against `DS4_EVENT_SPIN_US` (ignored unless a number).
+fn event_spin(cfg: Option<Duration>) -> Duration {
+    cfg.unwrap_or_else(|| {
+        std::env::var("DS4_EVENT_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(DEFAULT_EVENT_SPIN, Duration::from_micros)
+    })
 }
 
 /// `GpuConfig::copy_thread` resolved against `DS4_COPY_THREAD`.
 fn copy_thread_on(cfg: Option<bool>) -> bool {
     cfg.unwrap_or_else(|| {
-        !matches!(
+        matches!(
             std::env::var("DS4_COPY_THREAD").as_deref(),
-            Ok("off" | "0" | "false" | "no")
+            Ok("on" | "1" | "true" | "yes")
         )
     })
 }
@@ -110,7 +131,7 @@ impl<R: Runtime> Gpu<R> {
                 detail: "this device cannot map host memory".into(),
             });
         }
-        let stream = Arc::new(Stream::new(&rt)?);
+        let stream = Arc::new(Stream::new(&rt, event_spin(cfg.event_spin))?);
         let r = rt.clone();
         let done = Completer::start(R::KIND, move || r.bind())?;
         let deferred: Arc<DeferredErrors> = Arc::default();
@@ -208,8 +229,8 @@ unsafe impl<R: Runtime> Send for Stream<R> {}
 unsafe impl<R: Runtime> Sync for Stream<R> {}
 
 impl<R: Runtime> Stream<R> {
-    /// The device is bound (by the caller).
-    fn new(rt: &Arc<R>) -> Result<Self, DeviceError> {
+    /// The device is bound (by the caller). Waits for its events poll them for `spin` first.
+    fn new(rt: &Arc<R>, spin: Duration) -> Result<Self, DeviceError> {
         // SAFETY: bound by the caller.
         let raw = unsafe { rt.stream_create() }?;
         Ok(Self {
@@ -218,6 +239,7 @@ impl<R: Runtime> Stream<R> {
             events: Arc::new(EventPool {
                 rt: rt.clone(),
                 free: Mutex::new(Vec::new()),
+                spin,
             }),
         })
     }
@@ -268,6 +290,8 @@ const POOLED_EVENTS: usize = 256;
 struct EventPool<R: Runtime> {
     rt: Arc<R>,
     free: Mutex<Vec<R::Event>>,
+    /// How long a wait polls an event before it blocks in the driver.
+    spin: Duration,
 }
 
 // SAFETY: idle events may be recorded, waited for and destroyed from any thread with their
@@ -326,10 +350,29 @@ struct GpuEvent<R: Runtime> {
 unsafe impl<R: Runtime> Send for GpuEvent<R> {}
 
 impl<R: Runtime> RawEvent for GpuEvent<R> {
+    /// Polls the event for the pool's `spin`, then blocks in the driver: a blocking wait
+    /// wakes on the GPU's interrupt, which costs a thread wake-up per event (the completion
+    /// thread's latency is every staged chunk's latency).
     fn wait(&self) -> Result<(), DeviceError> {
-        self.pool.rt.bind()?;
+        let rt = &*self.pool.rt;
+        rt.bind()?;
+        let spin = self.pool.spin;
+        if !spin.is_zero() {
+            let t0 = Instant::now();
+            loop {
+                // SAFETY: bound; a live event.
+                if unsafe { rt.event_query(self.raw) }? {
+                    self.reusable.set(true);
+                    return Ok(());
+                }
+                if t0.elapsed() >= spin {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
         // SAFETY: bound; a live event.
-        let r = unsafe { self.pool.rt.event_sync(self.raw) };
+        let r = unsafe { rt.event_sync(self.raw) };
         self.reusable.set(r.is_ok());
         r
     }

@@ -168,6 +168,11 @@ pub unsafe trait Runtime: Send + Sync + Sized + 'static {
     /// # Safety
     /// Bound; a live event of this runtime.
     unsafe fn event_sync(&self, e: Self::Event) -> Result<(), DeviceError>;
+    /// True once the work recorded before `e` has finished; never blocks.
+    ///
+    /// # Safety
+    /// Bound; a live event of this runtime.
+    unsafe fn event_query(&self, e: Self::Event) -> Result<bool, DeviceError>;
     /// # Safety
     /// Bound; a live event of this runtime, not used afterwards (it may still be pending).
     unsafe fn event_destroy(&self, e: Self::Event) -> Result<(), DeviceError>;

@@ -27,6 +27,8 @@ pub(super) use sys::{hipEvent_t, hipStream_t};
 pub(super) type Status = c_int;
 pub(super) const HIP_SUCCESS: Status = 0;
 pub(super) const HIP_ERROR_OUT_OF_MEMORY: Status = 2;
+/// hipEventQuery's "recorded work still running" (hipErrorNotReady).
+pub(super) const HIP_ERROR_NOT_READY: Status = 600;
 
 /// Flag values from the HIP headers (the same in every release since 5.x).
 pub(super) const STREAM_NON_BLOCKING: c_uint = sys::hipStreamNonBlocking;
@@ -55,6 +57,7 @@ extern "C" {
     pub(super) fn hipEventCreateWithFlags(event: *mut hipEvent_t, flags: c_uint) -> Status;
     pub(super) fn hipEventRecord(event: hipEvent_t, stream: hipStream_t) -> Status;
     pub(super) fn hipEventSynchronize(event: hipEvent_t) -> Status;
+    pub(super) fn hipEventQuery(event: hipEvent_t) -> Status;
     pub(super) fn hipEventDestroy(event: hipEvent_t) -> Status;
     pub(super) fn hipHostMalloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> Status;
     pub(super) fn hipHostFree(ptr: *mut c_void) -> Status;

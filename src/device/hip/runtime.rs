@@ -256,6 +256,14 @@ unsafe impl Runtime for Hip {
         check(r, "hipEventSynchronize")
     }
 
+    unsafe fn event_query(&self, e: hipEvent_t) -> Result<bool, DeviceError> {
+        // SAFETY: the caller's contract.
+        match unsafe { api::hipEventQuery(e) } {
+            api::HIP_ERROR_NOT_READY => Ok(false),
+            r => check(r, "hipEventQuery").map(|()| true),
+        }
+    }
+
     unsafe fn event_destroy(&self, e: hipEvent_t) -> Result<(), DeviceError> {
         // SAFETY: the caller's contract.
         check(unsafe { api::hipEventDestroy(e) }, "hipEventDestroy")
