@@ -16,7 +16,7 @@
 //! a copy with checked arguments fails only when the context has), and goes to the device's
 //! deferred errors so the next `synchronize` reports it too.
 //! Opt-in: `DS4_COPY_THREAD=on` (or `GpuConfig::copy_thread = Some(true)`); by default the
-//! caller's thread issues. Measured on an H100 (docs/BENCHMARKS.md, "Issue 18", runs 3-7) it
+//! caller's thread issues. Measured on an H100 (docs/BENCHMARKS.md, "Issue 18", runs 3-8) it
 //! bought nothing: the readers' time inside the copy calls was 40-50 µs of a 400-500 µs chunk,
 //! and the staged expert pattern is bounded by the copies queueing on the link, not by the
 //! calls.

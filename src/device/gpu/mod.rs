@@ -51,7 +51,7 @@ pub struct GpuConfig {
     /// Issue host-to-device copies on the device's copy thread (`issue.rs`): `None` = off
     /// unless the environment says `DS4_COPY_THREAD=on` (or `1`); `Some(false)` issues on the
     /// caller's thread. Off by default: on an H100 it measured no gain over issuing on the
-    /// readers' threads (docs/BENCHMARKS.md, "Issue 18", runs 3-7).
+    /// readers' threads (docs/BENCHMARKS.md, "Issue 18", runs 3-8).
     pub copy_thread: Option<bool>,
     /// How long a wait for a copy's event polls it (cuEventQuery / hipEventQuery) before it
     /// blocks in the driver: `None` = `DS4_EVENT_SPIN_US` (microseconds) or
