@@ -20,6 +20,7 @@
 
 pub mod depth_tuner;
 mod error;
+mod grid;
 mod hostpool;
 mod pipeline;
 pub mod range_copy;
@@ -28,13 +29,13 @@ mod stats;
 mod trace;
 
 pub use error::EngineError;
-pub use hostpool::HostPoolStats;
 /// The chunk planner, public only for the `plan_chunks` fuzz target and its regression test.
 #[doc(hidden)]
-pub use pipeline::{
+pub use grid::{
     chunk_count as plan_chunk_count, chunks as plan_chunks, widen as plan_widen,
     GRID_ALIGN as PLAN_GRID_ALIGN,
 };
+pub use hostpool::HostPoolStats;
 pub use request::{ReadRequest, Ticket, TicketWatch};
 pub use stats::{Latency, StatsSnapshot};
 
@@ -42,8 +43,9 @@ use crate::device::{Device, DeviceBuffer, PINNED_ALIGN};
 use bytes::Bytes;
 use crossbeam_channel::{bounded, unbounded, Sender};
 use ds4_io::{FileSource, OpenConfig, PoolConfig, ReaderPool, Source};
+use grid::{chunk_count, GRID_ALIGN};
 use hostpool::HostPool;
-use pipeline::{chunk_count, Dispatcher, Item, Pending, Shared, GRID_ALIGN};
+use pipeline::{Dispatcher, Item, Pending, Shared};
 use request::{Completion, RequestState};
 use stats::Stats;
 use std::future::Future;
@@ -333,7 +335,7 @@ impl Engine {
             };
             // Cannot overflow: each item has at most file_len / 4096 + 2 chunks.
             let count = if r.dst.host_visible() {
-                pipeline::host_chunk_count
+                grid::host_chunk_count
             } else {
                 chunk_count
             };
@@ -383,7 +385,7 @@ impl Engine {
         } else {
             // Never larger than the slot: a widened read that fits no slot would be split at
             // the grid; usize::MAX = no such limit here (host-visible reads need no slot).
-            pipeline::widen(offset, len, Some(GRID_ALIGN as usize), file_len, usize::MAX)
+            grid::widen(offset, len, Some(GRID_ALIGN as usize), file_len, usize::MAX)
         };
         let n = (r1 - r0) as usize; // <= len + 8190, and len was checked against the file
         let buf = Arc::new(
