@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 /// The environment variable naming the trace files' prefix.
 pub const TRACE_ENV: &str = "DS4_STAGE_TRACE";
 
-/// Records kept at most per engine (about 56 bytes each); later ones are counted, not kept.
-const MAX_RECORDS: usize = 4 << 20;
+/// Records kept at most per engine (80 bytes each: at most 80 MiB); later ones are counted in
+/// a closing `{"dropped":N}` line, not kept.
+const MAX_RECORDS: usize = 1 << 20;
 
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 static ENGINES: AtomicU64 = AtomicU64::new(0);
