@@ -455,6 +455,52 @@ fn staged_chunks_read_in_pieces_land_every_byte_and_stay_aligned() {
 }
 
 #[test]
+fn the_ramp_cuts_the_first_round_of_each_burst_and_lands_every_byte() {
+    // 4 workers; 6 chunks of 200 KiB per batch. The first 4 dispatched of each batch find at
+    // most 3 chunks in flight, so each is read as a head piece and the rest: at least 10 copies
+    // per batch, at most 12. The second batch cuts as many: the in-flight count went back to 0.
+    const CH: usize = 200 * KIB;
+    const FILE: u64 = 64 * MIB as u64;
+    for ramp in [Some(false), Some(true)] {
+        let src = Arc::new(
+            ProbeSource::new(Arc::new(ds4_io::pattern::PatternSource::new(FILE, SEED)))
+                .with_alignment(4096),
+        );
+        let dev = discrete(Duration::from_micros(300));
+        let c = EngineConfig {
+            ramp,
+            ..cfg(8, 256 * KIB)
+        };
+        assert_eq!(c.ramp_on(), ramp == Some(true));
+        let e = ds4_stream::engine::Engine::new(src.clone(), Arc::clone(&dev), c).unwrap();
+        let mut pieces = vec![];
+        for batch in 0..2u64 {
+            let buf = Arc::new(dev.alloc(6 * CH).unwrap());
+            let reqs = (0..6u64)
+                .map(|k| {
+                    let off = (batch * 7 + k * 9) * MIB as u64;
+                    ReadRequest::new(off, CH, Arc::clone(&buf), k as usize * CH)
+                })
+                .collect();
+            let before = e.stats().copy_pieces;
+            e.submit(reqs).unwrap().wait().unwrap();
+            pieces.push(e.stats().copy_pieces - before);
+            for k in 0..6u64 {
+                let off = (batch * 7 + k * 9) * MIB as u64;
+                assert_pattern(dev.as_ref(), &buf, k as usize * CH, off, CH);
+            }
+        }
+        assert_eq!(src.unaligned_reads(), 0, "{ramp:?}");
+        assert_eq!(e.stats().staged_chunks, 12);
+        if ramp == Some(true) {
+            assert!(pieces.iter().all(|&p| (10..=12).contains(&p)), "{pieces:?}");
+        } else {
+            assert_eq!(pieces, [6, 6]);
+        }
+    }
+}
+
+#[test]
 fn a_copy_piece_off_the_4k_grid_is_refused() {
     let c = EngineConfig {
         copy_piece: 1000,

@@ -121,6 +121,29 @@ pub fn widen(
     }
 }
 
+/// Smallest head piece the ramp cuts (see [`ramp_head`]).
+pub const RAMP_MIN_HEAD: usize = 64 << 10;
+
+/// The ramp's head piece of a staged read of `n` bytes that starts while `j` other staged
+/// chunks are in flight on `workers` readers: the first `(j + 1) / (workers + 1)` of the read,
+/// rounded up to `unit` (the piece alignment, a power of two) and at least [`RAMP_MIN_HEAD`];
+/// 0 (no cut) when `j >= workers` or the head would not be shorter than the read. Readers that
+/// start together on an idle link so finish their heads one after another, and the link copies
+/// the first heads while the rest are still being read.
+pub fn ramp_head(n: usize, j: usize, workers: usize, unit: usize) -> usize {
+    if j >= workers || n == 0 {
+        return 0;
+    }
+    let unit = unit.max(1);
+    let share = (n as u128 * (j as u128 + 1) / (workers as u128 + 1)) as usize;
+    let head = share.max(RAMP_MIN_HEAD).div_ceil(unit).saturating_mul(unit);
+    if head < n {
+        head
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +241,25 @@ mod tests {
         assert_eq!(widen(5, 10, None, 100, s), (5, 15));
         assert_eq!(widen(4095, 4096, Some(4096), 1 << 20, 4096), (4095, 8191));
         assert_eq!(widen(5, 10, Some(3), 100, s), (5, 15));
+    }
+
+    #[test]
+    fn ramp_heads_grow_with_the_chunks_in_flight_and_stay_aligned() {
+        let (n, w, u) = (2_359_296usize, 16usize, 4096usize);
+        let heads: Vec<usize> = (0..w).map(|j| ramp_head(n, j, w, u)).collect();
+        assert!(heads.windows(2).all(|p| p[0] < p[1]), "{heads:?}");
+        assert!(heads
+            .iter()
+            .all(|&h| h > 0 && h < n && h % u == 0 && h >= RAMP_MIN_HEAD));
+        // About n/17 first, about 16n/17 last.
+        assert!(heads[0] >= n / 17 && heads[0] < n / 17 + u);
+        assert!(heads[w - 1] >= n * 16 / 17);
+        // Past the first round, or where the head would be the whole read: no cut.
+        assert_eq!(ramp_head(n, w, w, u), 0);
+        assert_eq!(ramp_head(n, 100, w, u), 0);
+        assert_eq!(ramp_head(RAMP_MIN_HEAD, 0, w, u), 0);
+        assert_eq!(ramp_head(0, 0, w, u), 0);
+        assert_eq!(ramp_head(100_000, 15, 16, 65_536), 0); // rounds up to the whole read
+        assert_eq!(ramp_head(1 << 20, 0, 1, 4096), 512 << 10);
     }
 }

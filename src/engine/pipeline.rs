@@ -8,7 +8,7 @@
 //! event itself, so even a slot returned early could not be overwritten under a running copy.
 //! A `SlotGuard` returns its slot when dropped on any path (error, cancel, shutdown).
 
-use super::grid::{chunks, host_chunks, widen, GRID_ALIGN};
+use super::grid::{chunks, host_chunks, ramp_head, widen, GRID_ALIGN};
 use super::request::{ChunkToken, RequestState};
 use super::stats::{ReadPath, Stats};
 use super::trace::ChunkTimes;
@@ -16,6 +16,7 @@ use super::EngineError;
 use crate::device::{Device, PinnedBuf, WriteLease};
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 use ds4_io::{Job, ReadAt, ReaderPool, Source};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,6 +34,39 @@ pub(crate) struct Shared {
     /// Staged reads go in pieces of this many bytes, each piece's copy issued once it is read
     /// (0: one read and one copy per chunk).
     pub(crate) copy_piece: usize,
+    /// The ramp (`EngineConfig::ramp`), when on.
+    pub(crate) ramp: Option<Ramp>,
+}
+
+/// The ramp's count of staged chunks between dispatch and the end of their read
+/// (`EngineConfig::ramp`; the cut is [`ramp_head`]).
+pub(crate) struct Ramp {
+    pub(crate) workers: usize,
+    pub(crate) in_flight: Arc<AtomicUsize>,
+}
+
+impl Ramp {
+    fn seat(&self) -> Seat {
+        Seat {
+            ahead: self.in_flight.fetch_add(1, Ordering::Relaxed),
+            workers: self.workers,
+            count: Arc::clone(&self.in_flight),
+        }
+    }
+}
+
+/// A staged chunk's place in the ramp: `ahead` chunks were in flight when it was dispatched.
+/// It leaves the count when dropped: its read is over, failed or was cancelled.
+struct Seat {
+    ahead: usize,
+    workers: usize,
+    count: Arc<AtomicUsize>,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// One range of a submitted batch, validated and leased: `lease` covers exactly
@@ -171,6 +205,8 @@ struct StagedJob {
     done: Sender<InFlight>,
     /// When the dispatcher took the slot.
     taken: Instant,
+    /// The chunk's place in the ramp, when it is on.
+    seat: Option<Seat>,
 }
 
 impl Job for StagedJob {
@@ -182,9 +218,13 @@ impl Job for StagedJob {
             token,
             done,
             taken,
+            seat,
         } = *self;
         let started = Instant::now();
-        let (issued, issue) = match stage(&shared, &mut slot, handle, &token, dst_offset) {
+        let ramp = seat.as_ref().map(|s| (s.ahead, s.workers));
+        let staged = stage(&shared, &mut slot, handle, &token, dst_offset, ramp);
+        drop(seat); // the read is over
+        let (issued, issue) = match staged {
             Ok(copies) => {
                 let queued = started.saturating_duration_since(taken);
                 shared.stats.staged(queued, copies.issue, copies.pieces);
@@ -221,25 +261,30 @@ struct Copies {
     pieces: u64,
 }
 
-/// The length of the pieces a staged read of `n` bytes goes in (`piece` 0 = one piece).
-pub fn piece_len(piece: usize, n: usize) -> usize {
-    if piece == 0 || piece >= n {
-        n.max(1)
-    } else {
-        piece
+/// The end of the piece of a staged read of `n` bytes that starts at `at` (< n): the ramp's
+/// `head` first (when 0 < head < n), then pieces of `piece` bytes (0: the rest in one).
+pub fn piece_end(at: usize, n: usize, head: usize, piece: usize) -> usize {
+    if at == 0 && head > 0 && head < n {
+        return head;
+    }
+    match piece {
+        0 => n,
+        p => at.saturating_add(p).min(n),
     }
 }
 
 /// Reads `token`'s chunk into the slot, widened to the handle's alignment so the unbuffered
 /// path applies (the chunk grid is anchored at 4096, GRID_ALIGN, so the widened range fits the
 /// slot unless the alignment is larger), piece by piece, queueing each piece's copy of the
-/// chunk's bytes right after reading it.
+/// chunk's bytes right after reading it. `ramp`: (chunks in flight before this one, workers)
+/// cuts a head piece first ([`ramp_head`]).
 fn stage(
     shared: &Shared,
     slot: &mut SlotGuard,
     handle: &mut dyn ReadAt,
     token: &ChunkToken,
     dst_offset: usize,
+    ramp: Option<(usize, usize)>,
 ) -> Result<Copies, EngineError> {
     let (offset, len) = (token.offset, token.len);
     let align = handle.direct_alignment().filter(|_| shared.align_reads);
@@ -250,7 +295,9 @@ fn stage(
         // Unreachable: planned chunks always carry their lease.
         return Err(token.shutdown_error());
     };
-    let piece = piece_len(shared.copy_piece, n);
+    // Pieces stay on the direct-IO alignment so each one can take the unbuffered path.
+    let unit = align.unwrap_or(1).max(GRID_ALIGN as usize);
+    let cut = ramp.map_or(0, |(ahead, workers)| ramp_head(n, ahead, workers, unit));
     let mut copies = Copies {
         issue: std::time::Duration::ZERO,
         pieces: 0,
@@ -258,7 +305,7 @@ fn stage(
     let (t0, before, mut aligned) = (Instant::now(), handle.counters(), true);
     let mut at = 0;
     while at < n {
-        let m = piece.min(n - at);
+        let m = piece_end(at, n, cut, shared.copy_piece) - at;
         let tail = slot
             .buf()
             .tail_mut(at)
@@ -480,6 +527,7 @@ impl Dispatcher {
                     token,
                     done: self.done.clone(),
                     taken: Instant::now(),
+                    seat: self.shared.ramp.as_ref().map(Ramp::seat),
                 }));
             }
         }
@@ -503,5 +551,38 @@ mod tests {
             std::ptr::without_provenance::<u8>(4097)
         ));
         assert!(!direct_ok(None, 0, 4096, p));
+    }
+
+    #[test]
+    fn pieces_tile_the_read_with_the_ramp_head_first() {
+        for (n, head, piece) in [
+            (100usize, 0usize, 0usize),
+            (100, 30, 0),
+            (100, 30, 20),
+            (100, 0, 40),
+            (100, 100, 0),
+            (100, 150, 7),
+            (1, 0, 4096),
+        ] {
+            let mut ends = vec![];
+            let mut at = 0;
+            while at < n {
+                let e = piece_end(at, n, head, piece);
+                assert!(e > at && e <= n, "{n} {head} {piece}: {at} -> {e}");
+                ends.push(e);
+                at = e;
+            }
+            if head > 0 && head < n {
+                assert_eq!(ends[0], head);
+            }
+            let rest = if head > 0 && head < n { n - head } else { n };
+            let want = 1
+                + usize::from(head > 0 && head < n)
+                + match piece {
+                    0 => 0,
+                    p => rest.div_ceil(p) - 1,
+                };
+            assert_eq!(ends.len(), want, "{n} {head} {piece}: {ends:?}");
+        }
     }
 }
