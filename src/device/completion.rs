@@ -34,6 +34,19 @@ struct State {
     done: Option<Result<(), String>>,
 }
 
+/// Whether completions stamp when they were queued and seen over: set by the first engine that
+/// opens a stage trace (`DS4_STAGE_TRACE`), so untraced processes pay no clock reads per copy.
+static STAMP: AtomicBool = AtomicBool::new(false);
+
+/// Turns the stamps of [`Completion`] on for the rest of the process (the stage trace reads them).
+pub(crate) fn stamp_times() {
+    STAMP.store(true, Ordering::Relaxed);
+}
+
+fn stamping() -> bool {
+    STAMP.load(Ordering::Relaxed)
+}
+
 /// Our side of one queued operation: complete once the completion thread has released what the
 /// operation held.
 pub(crate) struct Completion {
@@ -43,7 +56,7 @@ pub(crate) struct Completion {
     /// Mirrors `state.done.is_some()` for waiters that poll before they park.
     set_flag: AtomicBool,
     /// When the operation's event went to the completion thread, and when it was seen over
-    /// (for the engine's stage trace).
+    /// (for the engine's stage trace; stamped only once [`stamp_times`] was called).
     queued_at: OnceLock<Instant>,
     done_at: OnceLock<Instant>,
 }
@@ -67,7 +80,9 @@ impl Completion {
     }
 
     fn set(&self, r: Result<(), String>) {
-        let _ = self.done_at.set(Instant::now());
+        if stamping() {
+            let _ = self.done_at.set(Instant::now());
+        }
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.done.is_none() {
             st.done = Some(r);
@@ -271,9 +286,11 @@ impl CompletionQueue {
         leases: Vec<Arc<WriteLease>>,
         done: Vec<Arc<Completion>>,
     ) {
-        let now = Instant::now();
-        for d in &done {
-            let _ = d.queued_at.set(now);
+        if stamping() {
+            let now = Instant::now();
+            for d in &done {
+                let _ = d.queued_at.set(now);
+            }
         }
         let job = Job {
             raw: Some(raw),

@@ -34,6 +34,13 @@ pub mod hip;
 pub mod host;
 pub mod testing;
 
+/// Makes the GPU backends' completions stamp when each copy was queued and seen over, for the
+/// engine's stage trace (a no-op in builds without a GPU backend).
+pub(crate) fn stamp_copy_times() {
+    #[cfg(any(feature = "cuda", feature = "hip"))]
+    completion::stamp_times();
+}
+
 pub use buffer::{
     DeferredErrors, DeviceBuffer, DeviceMemory, Event, EventImpl, PinnedBuf, PinnedMemory,
     WriteLease,

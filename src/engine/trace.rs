@@ -68,6 +68,7 @@ impl StageTrace {
             .filter(|v| !v.is_empty())
             .map(|prefix| {
                 let _ = us(Instant::now()); // the epoch: the first engine's opening
+                crate::device::stamp_copy_times();
                 let n = ENGINES.fetch_add(1, Ordering::Relaxed);
                 let mut name = prefix;
                 name.push(format!(".{}.{n}.jsonl", std::process::id()));

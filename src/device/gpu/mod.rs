@@ -38,7 +38,7 @@ use issue::{CopyThread, H2d, SendPtr};
 use memory::{Memory, Pinned};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Settings of a [`Gpu`] (`CudaConfig`, `HipConfig`).
 #[derive(Clone, Debug, Default)]
@@ -356,20 +356,24 @@ impl<R: Runtime> RawEvent for GpuEvent<R> {
     fn wait(&self) -> Result<(), DeviceError> {
         let rt = &*self.pool.rt;
         rt.bind()?;
-        let spin = self.pool.spin;
-        if !spin.is_zero() {
-            let t0 = Instant::now();
-            loop {
-                // SAFETY: bound; a live event.
-                if unsafe { rt.event_query(self.raw) }? {
-                    self.reusable.set(true);
-                    return Ok(());
+        let mut failed = None;
+        // One query even with no spin: an event already over costs no blocking call.
+        let over = crate::device::handoff::poll_for(self.pool.spin, || {
+            // SAFETY: bound; a live event.
+            match unsafe { rt.event_query(self.raw) } {
+                Ok(over) => over,
+                Err(e) => {
+                    failed = Some(e);
+                    true
                 }
-                if t0.elapsed() >= spin {
-                    break;
-                }
-                std::thread::yield_now();
             }
+        });
+        if let Some(e) = failed {
+            return Err(e); // not reused: destroyed on drop
+        }
+        if over {
+            self.reusable.set(true);
+            return Ok(());
         }
         // SAFETY: bound; a live event.
         let r = unsafe { rt.event_sync(self.raw) };
