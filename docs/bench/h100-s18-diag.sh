@@ -6,7 +6,8 @@
 #   io      engine vs io-threads, ramp off/on (DS4_RAMP), expert and seq, hot, same run
 #   decode  ds4 --ssd-streaming, 2 GB and 1 GB caches, ramp off/on
 #   tests   the GPU tests, cuda and hip (shim), ramp off and on
-#   PARTS="link trace io decode tests" OUT=... bash docs/bench/h100-s18-diag.sh  (any subset)
+#   PARTS="link trace io decode tests" REPS=3 DREPS=2 OUT=... bash docs/bench/h100-s18-diag.sh
+#   (any subset of PARTS; REPS = io reps, DREPS = decode reps)
 set -u
 . docs/bench/lib.sh
 P=" ${PARTS:-link trace io decode tests} "; has() { case "$P" in *" $1 "*) return 0;; esac; return 1; }
@@ -36,20 +37,20 @@ print(f"  {sys.argv[2]:16} engine {e['gbps']:6.2f}  host {h['gbps']:6.2f}  io-th
 PY
 }
 if has io; then
-  for rep in 1 2 3; do
+  for rep in $(seq ${REPS:-3}); do
     echo "== io rep $rep"
     for r in off on; do io exp-$r-$rep expert 2700MiB DS4_RAMP=$r; done
     for r in off on; do io seq-$r-$rep seq 8GiB DS4_RAMP=$r; done
   done
 fi
-dec() { local name=$1; shift; cat $m > /dev/null
-  env "$@" $D/ds4 --backend cuda -m $m --json > "$OUT/$name.json" 2>"$OUT/$name.err" \
+dec() { local name=$1 ramp=$2; shift 2; cat $m > /dev/null   # name ramp ds4-args...
+  DS4_RAMP=$ramp $D/ds4 --backend cuda -m $m --json "$@" > "$OUT/$name.json" 2>"$OUT/$name.err" \
     && python3 docs/bench/run-summary.py "$OUT/$name.json" || echo "  $name FAILED: $(tail -2 "$OUT/$name.err")"; }
-has decode && for rep in 1 2; do
+has decode && for rep in $(seq ${DREPS:-2}); do
   for r in off on; do
     echo "== decode rep $rep ramp $r: streamed 2GB, 1GB (-n 48)"
-    dec d2-$r-$rep DS4_RAMP=$r --ssd-streaming --ssd-streaming-cache-experts 2GB -n 48
-    dec d1-$r-$rep DS4_RAMP=$r --ssd-streaming --ssd-streaming-cache-experts 1GB -n 48
+    dec d2-$r-$rep $r --ssd-streaming --ssd-streaming-cache-experts 2GB -n 48
+    dec d1-$r-$rep $r --ssd-streaming --ssd-streaming-cache-experts 1GB -n 48
   done
 done
 t() { local n=$1; shift; local s=$SECONDS
