@@ -197,7 +197,7 @@ pub(crate) fn jobs(misses: &[Miss], slab: &Arc<DeviceBuffer>, slot_bytes: usize)
 }
 
 /// The host backend's provider with the C engine's pattern (`ds4 --backend host
-/// --ssd-streaming --ssd-streaming-c-engine-pattern`): an LRU-or-chosen cache ([`SlotLoader`])
+/// --ssd-streaming --ssd-streaming-c-engine-pattern`): an LRU-or-chosen cache (`SlotLoader`)
 /// whose misses are read by a [`CPatternLoader`] into a host "device" slab (pread → the host
 /// backend's copy thread → wait → fadvise), the layer waiting for all of them; then each
 /// loaded expert is copied out of the slab into its own buffers for the stack (one memcpy per

@@ -283,7 +283,7 @@ pub(crate) fn resident(
     }
 }
 
-/// Experts through a bounded cache, read by the engine on a miss ([`SlotLoader`] over host
+/// Experts through a bounded cache, read by the engine on a miss (`SlotLoader` over host
 /// bytes).
 pub struct StreamedExperts<'a> {
     engine: &'a Engine,

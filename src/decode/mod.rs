@@ -13,8 +13,8 @@
 //! experts: [`ResidentExperts`] (everything loaded first) or [`StreamedExperts`] (a bounded
 //! cache, misses read through the engine, hash-layer experts fetched at token start).
 //!
-//! On a GPU ([`GpuMoe`], features `cuda` / `hip`: one generic stack over
-//! [`GpuDevice`](crate::device::GpuDevice)) the same stack runs on the kernels of
+//! On a GPU (`GpuMoe`, features `cuda` / `hip`: one generic stack over
+//! `GpuDevice`) the same stack runs on the kernels of
 //! `kernels/ds4_kernels.cu` (NVRTC on CUDA, hipRTC on HIP), with the experts in a device slab of
 //! cache slots; [`c_pattern`] re-implements the C engine's streaming pattern there for same-run
 //! comparisons. Limits: tokens are independent (no attention, no KV cache); HIP has run on an

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 /// Capacities are multiples of this.
 const GRANULE: usize = 64 << 10;
 
-/// Counters of a [`HostPool`].
+/// Counters of a `HostPool`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HostPoolStats {
     /// Buffers handed out that came from the free list.

@@ -3,7 +3,7 @@
 //! `ds4s_experts_acquire` / `_release` / `_prefetch` run on, and the shape any caller that wants
 //! "make experts (layer, ids) resident and give me their bytes" can reuse, on any backend.
 //!
-//! - [`ExpertStore::acquire`] looks every expert up in an [`ExpertCache`], starts one engine
+//! - [`ExpertStore::acquire`] looks every expert up in an [`ExpertCache`](crate::expert_cache::ExpertCache), starts one engine
 //!   request per miss (gate, up, down into the slot), waits until all of them are resident (or a
 //!   deadline), and returns [`ExpertPins`]: per expert its slot and the byte ranges of its three
 //!   slices in [`ExpertStore::slab`]. The slots stay pinned (never evicted or overwritten) until
@@ -12,7 +12,7 @@
 //! - [`ExpertStore::prefetch`] starts reads without pinning (a hint: it stops when no slot can
 //!   be evicted).
 //! - The slots are filled by the decode path's loader (`decode::slots::SlotLoader`, behind the
-//!   store's lock, over [`landing::StoreLanding`]): the same lookups, the same gate/up-before-down
+//!   store's lock, over `landing::StoreLanding`): the same lookups, the same gate/up-before-down
 //!   order, the same counters as `ds4 --ssd-streaming` on the host and the GPU. A completer
 //!   thread waits for each read's ticket (outside the lock), then lets the loader harvest: slots
 //!   whose reads are all in become resident; a failed one leaves the cache, its error goes to

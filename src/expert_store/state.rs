@@ -67,7 +67,7 @@ pub(super) fn release(st: &mut State, held: &[Held]) {
     }
 }
 
-/// Experts pinned by [`ExpertStore::acquire`], in the order asked for; unpinned on drop.
+/// Experts pinned by [`ExpertStore::acquire`](super::ExpertStore::acquire), in the order asked for; unpinned on drop.
 /// Holds no reference to the store: dropping it after the store is harmless.
 pub struct ExpertPins {
     pub(super) shared: Arc<Shared>,
@@ -76,7 +76,7 @@ pub struct ExpertPins {
 }
 
 impl ExpertPins {
-    /// Per expert asked for: its slot and slices in [`ExpertStore::slab`].
+    /// Per expert asked for: its slot and slices in [`ExpertStore::slab`](super::ExpertStore::slab).
     pub fn locations(&self) -> &[ExpertLoc] {
         &self.locs
     }

@@ -255,7 +255,7 @@ impl<'a, D: GpuDevice> GpuMoe<'a, D> {
     }
 
     /// A RAM tier of `slots` experts in pinned host memory under the device cache
-    /// (`--ram-streaming-cache-experts`; [`super::ram_tier`]). Call before any token.
+    /// (`--ram-streaming-cache-experts`; `decode::gpu::ram_tier`). Call before any token.
     pub fn with_ram_tier(mut self, slots: usize, policy: PolicyKind) -> Result<Self, DecodeError> {
         let k = self.w.params.n_used;
         let slot_bytes = self.slots.layout.slot_bytes();
