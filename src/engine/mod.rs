@@ -69,7 +69,7 @@ pub const MAX_WORKERS: usize = 1024;
 pub const DEFAULT_COPY_PIECE: usize = 0;
 
 /// Default of [`EngineConfig::ramp`] when neither the config nor `DS4_RAMP` says: off, since
-/// on an H100 the ramp lost 4-9 % on the staged expert pattern and up to 6 % in decode
+/// on an H100 the ramp lost 4-9 % on the staged expert pattern and up to 7 % in decode
 /// (docs/BENCHMARKS.md, "Issue 18", runs 9-10: small copies of freshly read memory are slow).
 pub const DEFAULT_RAMP: bool = false;
 
