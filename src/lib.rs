@@ -20,6 +20,7 @@ pub mod expert_cache;
 pub mod expert_store;
 pub mod generate;
 pub mod gguf;
+mod knobs;
 pub mod model;
 pub mod plan;
 pub mod units;

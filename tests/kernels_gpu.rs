@@ -246,3 +246,65 @@ fn kernels_see_the_copies_issued_before_them_on(dev: &dyn GpuDevice) {
     }
     dev.synchronize().unwrap();
 }
+
+/// The same contract with four copy streams (`GpuConfig::copy_streams`): eight threads each
+/// copy a block of the weights (so every stream takes copies) and hand their staging back
+/// unwaited; the kernel launched next must see every block, so it waited on every stream.
+#[test]
+fn kernels_see_the_copies_of_every_copy_stream() {
+    for (name, dev) in engine_util::compute_gpus_with(Some(4)) {
+        eprintln!("== {name} (4 copy streams)");
+        kernels_see_the_copies_of_every_copy_stream_on(dev);
+    }
+}
+
+fn kernels_see_the_copies_of_every_copy_stream_on(dev: Arc<dyn GpuDevice>) {
+    let (rows, cols, threads) = (8192, 4096, 8);
+    let mut rng = Rng(7);
+    let rb = compute::row_bytes(GgmlType::Q8_0, cols).unwrap();
+    let block = rows / threads * rb;
+    let wb = Arc::new(dev.alloc(rows * rb).unwrap());
+    let x: Vec<f32> = (0..cols).map(|_| rng.unit()).collect();
+    let xb = upload(dev.as_ref(), &f32s(&x));
+    let mut stagings: Vec<_> = (0..threads)
+        .map(|_| dev.alloc_pinned(block).unwrap())
+        .collect();
+    for round in 0..6 {
+        let w = Arc::new(random_weights(&mut rng, GgmlType::Q8_0, rows, cols));
+        let handles: Vec<_> = stagings
+            .drain(..)
+            .enumerate()
+            .map(|(t, mut staging)| {
+                let (dev, wb, w) = (dev.clone(), wb.clone(), w.clone());
+                std::thread::spawn(move || {
+                    let part = &w[t * block..(t + 1) * block];
+                    staging.as_mut_slice().unwrap().copy_from_slice(part);
+                    dev.copy_h2d_async(&mut staging, 0, &wb, t * block, block)
+                        .unwrap();
+                    staging // not waited for: its copy may still run
+                })
+            })
+            .collect();
+        stagings = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let yb = Arc::new(dev.alloc(rows * 4).unwrap());
+        dev.matvec(GgmlType::Q8_0, &wb, 0, &xb, &yb, rows, cols)
+            .unwrap();
+        let mut want = vec![0f32; rows];
+        compute::matvec(GgmlType::Q8_0, &w, rows, cols, &x, &mut want).unwrap();
+        dev.synchronize_compute().unwrap();
+        let got = download_f32(dev.as_ref(), &yb, rows);
+        let bad = got
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| (**a - **b).abs() > 1e-3 * (1.0 + b.abs()))
+            .count();
+        assert_eq!(
+            bad, 0,
+            "round {round}: {bad} rows computed from stale weights"
+        );
+        for s in &mut stagings {
+            s.wait().unwrap();
+        }
+    }
+    dev.synchronize().unwrap();
+}

@@ -25,7 +25,7 @@ build() { # feature target-dir suffix
   CARGO_TARGET_DIR=$dir cargo build --release --features "$f" -p ds4-tools --bin ds4 --bin ds4-bench
   strip -o "$out/ds4$sfx" "$dir/release/ds4"
   strip -o "$out/ds4-bench$sfx" "$dir/release/ds4-bench"
-  { tests "$f" "$dir" ds4-stream engine_device device_backends
+  { tests "$f" "$dir" ds4-stream engine_device device_backends kernels_gpu
     tests "$f" "$dir" ds4-tools decode_gpu
     tests "$f" "$dir" ds4stream-capi gpu
     CARGO_TARGET_DIR=$dir cargo test --release --features "$f" -p ds4-stream --lib --no-run \

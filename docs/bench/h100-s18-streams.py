@@ -5,7 +5,8 @@ read the expert pattern at 26.9-27.4 GB/s against the engine's 22.3-22.9 in the 
 eighteenth session). This mimics both in one harness: T threads, per token 18 slices (6 random
 experts x 3) handed out together and all waited for; per slice a pread into the thread's pinned
 buffer, a host-to-device copy, a wait on an event after it. `shared`: every thread's copies go to
-one stream (the engine's shape); `own`: each thread has its own stream (KvikIO's).
+one stream (the engine's shape); `own`: each thread has its own stream (KvikIO's); `pool4`:
+thread i copies on stream i % 4.
     python3 docs/bench/h100-s18-streams.py FILE [THREADS] [TOKENS]   (FILE hot in the page cache)
 """
 import os, queue, random, sys, threading, time
@@ -22,13 +23,14 @@ def run(path, threads, tokens, mode, seed):
     order = random.Random(seed).sample(range(n_exp), min(n_exp, tokens * 6))
     tokens = len(order) // 6
     dev = cp.empty(len(order) * EXPERT, dtype=cp.uint8)
-    shared = cp.cuda.Stream(non_blocking=True)
+    n_streams = {"shared": 1, "pool4": 4}.get(mode, threads)
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(n_streams)]
     jobs, done = queue.Queue(), queue.Queue()
 
-    def worker():
+    def worker(i):
         buf = cp.cuda.alloc_pinned_memory(4 << 20)
         host = np.frombuffer(buf, dtype=np.uint8, count=4 << 20)
-        stream = shared if mode == "shared" else cp.cuda.Stream(non_blocking=True)
+        stream = streams[i % n_streams]
         ev = cp.cuda.Event(block=False, disable_timing=True)
         while True:
             j = jobs.get()
@@ -42,7 +44,7 @@ def run(path, threads, tokens, mode, seed):
             ev.synchronize()
             done.put(n)
 
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
     for t in ts:
         t.start()
     t0 = time.perf_counter()
@@ -72,9 +74,10 @@ def main():
     tokens = int(sys.argv[3]) if len(sys.argv) > 3 else 60
     run(path, threads, 8, "own", 0)  # warm-up
     for rep in range(3):
-        r = {m: run(path, threads, tokens, m, rep + 1) for m in ("shared", "own")}
+        r = {m: run(path, threads, tokens, m, rep + 1) for m in ("shared", "pool4", "own")}
         print(f"rep {rep + 1}: threads {threads}  shared stream {r['shared']:6.2f}  "
-              f"own streams {r['own']:6.2f} GB/s  own/shared {r['own'] / r['shared']:.3f}", flush=True)
+              f"4 streams {r['pool4']:6.2f}  own streams {r['own']:6.2f} GB/s  "
+              f"own/shared {r['own'] / r['shared']:.3f}", flush=True)
 
 
 main()

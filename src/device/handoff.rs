@@ -16,12 +16,7 @@ pub const HANDOFF_SPIN_ENV: &str = "DS4_HANDOFF_SPIN_US";
 /// How long a hand-off polls before it parks (read once per process).
 pub(crate) fn spin() -> Duration {
     static SPIN: OnceLock<Duration> = OnceLock::new();
-    *SPIN.get_or_init(|| {
-        std::env::var(HANDOFF_SPIN_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map_or(Duration::ZERO, Duration::from_micros)
-    })
+    *SPIN.get_or_init(|| crate::knobs::env_micros(HANDOFF_SPIN_ENV).unwrap_or(Duration::ZERO))
 }
 
 /// Polls `ready` until it says true or `limit` has passed; true when it said true.

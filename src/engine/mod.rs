@@ -111,11 +111,8 @@ impl EngineConfig {
     /// [`EngineConfig::ramp`] resolved against `DS4_RAMP` (ignored unless on/off).
     pub fn ramp_on(&self) -> bool {
         self.ramp
-            .unwrap_or_else(|| match std::env::var(RAMP_ENV).as_deref().map(str::trim) {
-                Ok("on" | "1" | "true" | "yes") => true,
-                Ok("off" | "0" | "false" | "no") => false,
-                _ => DEFAULT_RAMP,
-            })
+            .or_else(|| crate::knobs::env_switch(RAMP_ENV))
+            .unwrap_or(DEFAULT_RAMP)
     }
 }
 

@@ -58,17 +58,20 @@ pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
     #[cfg(feature = "cuda")]
     {
         use ds4_stream::device::cuda::{CudaConfig, CudaDevice};
-        // Staged with copies issued by the caller (the default), staged through the copy
-        // thread (opt-in: `DS4_COPY_THREAD=on`), and forced unified.
-        for (name, unified, thread) in [
-            ("cuda", false, None),
-            ("cuda-copy-thread", false, Some(true)),
-            ("cuda-unified", true, None),
+        // Staged with copies issued by the caller (the default), on four copy streams (one per
+        // reader thread), through the copy thread (opt-in: `DS4_COPY_THREAD=on`), and forced
+        // unified.
+        for (name, unified, thread, streams) in [
+            ("cuda", false, None, None),
+            ("cuda-streams", false, None, Some(4)),
+            ("cuda-copy-thread", false, Some(true), None),
+            ("cuda-unified", true, None, None),
         ] {
             let cfg = CudaConfig {
                 ordinal: 0,
                 unified: Some(unified),
                 copy_thread: thread,
+                copy_streams: streams,
                 ..Default::default()
             };
             match CudaDevice::new(cfg) {
@@ -80,17 +83,20 @@ pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
     #[cfg(feature = "hip")]
     {
         use ds4_stream::device::hip::{HipConfig, HipDevice};
-        // Staged with copies issued by the caller (the default), staged through the copy
-        // thread (opt-in: `DS4_COPY_THREAD=on`), and forced unified.
-        for (name, unified, thread) in [
-            ("hip", false, None),
-            ("hip-copy-thread", false, Some(true)),
-            ("hip-unified", true, None),
+        // Staged with copies issued by the caller (the default), on four copy streams (one per
+        // reader thread), through the copy thread (opt-in: `DS4_COPY_THREAD=on`), and forced
+        // unified.
+        for (name, unified, thread, streams) in [
+            ("hip", false, None, None),
+            ("hip-streams", false, None, Some(4)),
+            ("hip-copy-thread", false, Some(true), None),
+            ("hip-unified", true, None, None),
         ] {
             let cfg = HipConfig {
                 ordinal: 0,
                 unified: Some(unified),
                 copy_thread: thread,
+                copy_streams: streams,
                 ..Default::default()
             };
             match HipDevice::new(cfg) {
@@ -106,12 +112,24 @@ pub fn gpu_devices() -> Vec<(&'static str, Arc<dyn Device>)> {
 /// backend name; absence as in [`gpu_devices`].
 #[cfg(any(feature = "cuda", feature = "hip"))]
 pub fn compute_gpus() -> Vec<(&'static str, Arc<dyn ds4_stream::device::GpuDevice>)> {
+    compute_gpus_with(None)
+}
+
+/// [`compute_gpus`] with `copy_streams` host-to-device copy streams (`None`: the default).
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub fn compute_gpus_with(
+    copy_streams: Option<usize>,
+) -> Vec<(&'static str, Arc<dyn ds4_stream::device::GpuDevice>)> {
     #[allow(unused_mut)]
     let mut out: Vec<(&'static str, Arc<dyn ds4_stream::device::GpuDevice>)> = Vec::new();
     #[cfg(feature = "cuda")]
     {
         use ds4_stream::device::cuda::{CudaConfig, CudaDevice};
-        match CudaDevice::new(CudaConfig::default()) {
+        let cfg = CudaConfig {
+            copy_streams,
+            ..Default::default()
+        };
+        match CudaDevice::new(cfg) {
             Ok(d) => out.push(("cuda", Arc::new(d))),
             Err(e) => skip_or_fail("cuda", &e.to_string()),
         }
@@ -119,7 +137,11 @@ pub fn compute_gpus() -> Vec<(&'static str, Arc<dyn ds4_stream::device::GpuDevic
     #[cfg(feature = "hip")]
     {
         use ds4_stream::device::hip::{HipConfig, HipDevice};
-        match HipDevice::new(HipConfig::default()) {
+        let cfg = HipConfig {
+            copy_streams,
+            ..Default::default()
+        };
+        match HipDevice::new(cfg) {
             Ok(d) => out.push(("hip", Arc::new(d))),
             Err(e) => skip_or_fail("hip", &e.to_string()),
         }

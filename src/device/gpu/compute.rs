@@ -14,7 +14,8 @@
 //! README's; the kernels are simple (one block per output row), not tuned. HIP kernels ran on a
 //! GPU only through tests/hip_shim; AMD's compiler is checked without a GPU by CI.
 
-use super::{Gpu, GpuDevice, Memory, Runtime, Stream};
+use super::stream::{CopyStreams, Stream};
+use super::{Gpu, GpuDevice, Memory, Runtime};
 use crate::compute::KERNEL_NAMES;
 use crate::device::{check_range, DeviceBuffer, DeviceError, Event};
 use std::collections::HashMap;
@@ -83,11 +84,9 @@ impl<R: Runtime> Compute<R> {
 
     /// Makes the compute stream wait (on the GPU) for every copy issued on `copies` so far;
     /// binds the device.
-    fn after_copies(&self, copies: &Stream<R>) -> Result<(), DeviceError> {
+    fn after_copies(&self, copies: &CopyStreams<R>) -> Result<(), DeviceError> {
         self.rt.bind()?;
-        let ev = copies.record()?;
-        // SAFETY: bound; a live, recorded event and a live stream.
-        unsafe { self.rt.stream_wait(self.stream.raw, ev.raw) }
+        copies.wait_on(&self.stream)
     }
 
     fn synchronize(&self) -> Result<(), DeviceError> {
@@ -164,7 +163,7 @@ unsafe impl<R: Runtime> GpuDevice for Gpu<R> {
         self.flush_copies();
         self.rt.bind()?;
         if len > 0 {
-            let (to, raw) = (d.at(dst_offset), self.stream.raw);
+            let (to, raw) = (d.at(dst_offset), self.copies.first().raw);
             // Pinned host memory as the source: the host-to-device DMA path (the canonical
             // fast one); device memory: device to device.
             // SAFETY: bound; both ranges lie in live allocations of this device (checked by
@@ -180,7 +179,7 @@ unsafe impl<R: Runtime> GpuDevice for Gpu<R> {
                 }
             }?;
         }
-        let ev = self.stream.record()?;
+        let ev = self.copies.first().record()?;
         Ok(self.done.track_leases(Box::new(ev), vec![ls, ld]))
     }
 
@@ -202,7 +201,7 @@ unsafe impl<R: Runtime> GpuDevice for Gpu<R> {
     ) -> Result<(), DeviceError> {
         let c = self.compute()?;
         self.flush_copies();
-        c.after_copies(&self.stream)?;
+        c.after_copies(&self.copies)?;
         let f = *c
             .funcs
             .get(name)
@@ -218,7 +217,7 @@ unsafe impl<R: Runtime> GpuDevice for Gpu<R> {
         let c = self.compute()?;
         let at = self.kernel_addr(c, buf, offset, len)?;
         self.flush_copies();
-        c.after_copies(&self.stream)?;
+        c.after_copies(&self.copies)?;
         // SAFETY: `at..at + len` is a checked range of a buffer kept alive in `keep`; bound (by
         // `after_copies`).
         unsafe { self.rt.zero_async(at, len, c.stream.raw) }

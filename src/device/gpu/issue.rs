@@ -21,7 +21,8 @@
 //! and the staged expert pattern is bounded by the copies queueing on the link, not by the
 //! calls.
 
-use super::{Runtime, Stream};
+use super::stream::Stream;
+use super::Runtime;
 use crate::device::buffer::{DeferredErrors, WriteLease};
 use crate::device::completion::{Completion, CompletionQueue};
 use crate::device::{handoff, DeviceError};

@@ -3,7 +3,7 @@
 //! `device::hip` on our HIP declarations. `CudaDevice` = `Gpu<Cuda>`, `HipDevice` = `Gpu<Hip>`.
 //!
 //! Shape (STYLE.md item 1): raw calls (`Runtime`, one `Result` each) → RAII types that free in
-//! `Drop`: [`Gpu`] (the device bound per thread, one non-blocking copy stream, a completion
+//! `Drop`: [`Gpu`] (the device bound per thread, non-blocking copy streams, a completion
 //! thread), pinned staging memory and device memory (`memory.rs`), per-copy events, and the
 //! kernels with their own stream (`compute.rs`, [`GpuDevice`]; typed launches in `kernels.rs`).
 //!
@@ -19,26 +19,32 @@
 //! Memory of another backend is [`DeviceError::WrongBackend`]; memory of another device of the
 //! same backend is [`DeviceError::Backend`] with `call` naming the operation, everywhere.
 //!
-//! Limits: one copy stream per device; device-to-host reads are synchronous (tests, `cat`).
+//! Copy streams (`GpuConfig::copy_streams`): one by default; with several, each reader thread
+//! copies on its own and what must follow the copies waits for each stream that took one
+//! (`stream.rs`, `CopyStreams`).
+//!
+//! Limits: device-to-host reads are synchronous (tests, `cat`).
 
 mod compute;
 mod issue;
 mod kernels;
 mod memory;
 mod runtime;
+mod stream;
 
 pub use kernels::{GpuDevice, THREADS};
 pub use runtime::{Caps, MemKind, RawAlloc, Runtime};
 
 use super::buffer::{DeferredErrors, DeviceBuffer, PinnedBuf, WriteLease};
-use super::completion::{Completer, RawEvent};
+use super::completion::Completer;
 use super::{check_range, BackendKind, Device, DeviceError, MemInfo};
 use compute::Compute;
 use issue::{CopyThread, H2d, SendPtr};
 use memory::{Memory, Pinned};
-use std::cell::Cell;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use stream::CopyStreams;
+pub use stream::MAX_COPY_STREAMS;
 
 /// Settings of a [`Gpu`] (`CudaConfig`, `HipConfig`).
 #[derive(Clone, Debug, Default)]
@@ -57,6 +63,21 @@ pub struct GpuConfig {
     /// blocks in the driver: `None` = `DS4_EVENT_SPIN_US` (microseconds) or
     /// [`DEFAULT_EVENT_SPIN`]; zero blocks at once.
     pub event_spin: Option<Duration>,
+    /// How many host-to-device copy streams: `None` = `DS4_COPY_STREAMS` or
+    /// [`DEFAULT_COPY_STREAMS`]; with several, each reader thread copies on its own (thread
+    /// `k` on stream `k % n`, as KvikIO's threads do). Clamped to 1..=[`MAX_COPY_STREAMS`];
+    /// one with the copy thread (it issues on one stream).
+    pub copy_streams: Option<usize>,
+}
+
+/// Copy streams when neither the config nor `DS4_COPY_STREAMS` says (`GpuConfig::copy_streams`).
+pub const DEFAULT_COPY_STREAMS: usize = 1;
+
+/// `GpuConfig::copy_streams` resolved against `DS4_COPY_STREAMS` (ignored unless a number).
+fn copy_streams(cfg: Option<usize>) -> usize {
+    cfg.or_else(|| crate::knobs::env_number("DS4_COPY_STREAMS").map(|n| n as usize))
+        .unwrap_or(DEFAULT_COPY_STREAMS)
+        .clamp(1, MAX_COPY_STREAMS)
 }
 
 /// How long a copy's event is polled before the wait blocks (`GpuConfig::event_spin`): zero,
@@ -66,34 +87,26 @@ pub const DEFAULT_EVENT_SPIN: Duration = Duration::ZERO;
 
 /// `GpuConfig::event_spin` resolved against `DS4_EVENT_SPIN_US` (ignored unless a number).
 fn event_spin(cfg: Option<Duration>) -> Duration {
-    cfg.unwrap_or_else(|| {
-        std::env::var("DS4_EVENT_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map_or(DEFAULT_EVENT_SPIN, Duration::from_micros)
-    })
+    cfg.or_else(|| crate::knobs::env_micros("DS4_EVENT_SPIN_US"))
+        .unwrap_or(DEFAULT_EVENT_SPIN)
 }
 
 /// `GpuConfig::copy_thread` resolved against `DS4_COPY_THREAD`.
 fn copy_thread_on(cfg: Option<bool>) -> bool {
-    cfg.unwrap_or_else(|| {
-        matches!(
-            std::env::var("DS4_COPY_THREAD").as_deref(),
-            Ok("on" | "1" | "true" | "yes")
-        )
-    })
+    cfg.or_else(|| crate::knobs::env_switch("DS4_COPY_THREAD"))
+        .unwrap_or(false)
 }
 
-/// One GPU with one copy stream.
+/// One GPU with its copy streams.
 pub struct Gpu<R: Runtime> {
     // Drop order: the copy thread first (it issues what is queued), the completion thread (it
-    // waits for every queued copy), then the kernels, the stream, then the runtime handle (its
+    // waits for every queued copy), then the kernels, the streams, then the runtime handle (its
     // last `Arc`: memory holds one too).
     copier: Option<CopyThread>,
     done: Completer,
     /// The kernels and their stream, made on first use (NVRTC / hipRTC compile).
     compute: OnceLock<Compute<R>>,
-    stream: Arc<Stream<R>>,
+    copies: CopyStreams<R>,
     rt: Arc<R>,
     deferred: Arc<DeferredErrors>,
     name: String,
@@ -131,14 +144,19 @@ impl<R: Runtime> Gpu<R> {
                 detail: "this device cannot map host memory".into(),
             });
         }
-        let stream = Arc::new(Stream::new(&rt, event_spin(cfg.event_spin))?);
+        let threaded = copy_thread_on(cfg.copy_thread);
+        let n = match threaded {
+            true => 1,
+            false => copy_streams(cfg.copy_streams),
+        };
+        let copies = CopyStreams::new(&rt, n, event_spin(cfg.event_spin))?;
         let r = rt.clone();
         let done = Completer::start(R::KIND, move || r.bind())?;
         let deferred: Arc<DeferredErrors> = Arc::default();
-        let copier = match copy_thread_on(cfg.copy_thread) {
+        let copier = match threaded {
             true => Some(CopyThread::start(
                 rt.clone(),
-                stream.clone(),
+                copies.first().clone(),
                 done.queue(),
                 deferred.clone(),
             )?),
@@ -149,7 +167,7 @@ impl<R: Runtime> Gpu<R> {
             copier,
             done,
             compute: OnceLock::new(),
-            stream,
+            copies,
             rt,
             deferred,
             name,
@@ -172,6 +190,11 @@ impl<R: Runtime> Gpu<R> {
         self.copier.is_some()
     }
 
+    /// How many host-to-device copy streams the GPU has (`GpuConfig::copy_streams`).
+    pub fn copy_streams(&self) -> usize {
+        self.copies.len()
+    }
+
     /// True when the GPU shares memory with the CPU (what `unified` defaults to).
     pub fn integrated(&self) -> bool {
         self.integrated
@@ -181,9 +204,10 @@ impl<R: Runtime> Gpu<R> {
     /// one memset on the copy stream, waited for here (allocation is the slow path anyway).
     fn zeroed(&self, mem: Memory<R>) -> Result<DeviceBuffer, DeviceError> {
         if mem.len > 0 {
+            let s = self.copies.first();
             // SAFETY: `len` bytes of memory just allocated (which bound the device).
-            unsafe { self.rt.zero_async(mem.at(0), mem.len, self.stream.raw) }?;
-            self.stream.synchronize()?;
+            unsafe { self.rt.zero_async(mem.at(0), mem.len, s.raw) }?;
+            s.synchronize()?;
         }
         Ok(DeviceBuffer::from_memory(Box::new(mem)))
     }
@@ -212,183 +236,6 @@ impl<R: Runtime> Gpu<R> {
             });
         }
         Ok(mem)
-    }
-}
-
-/// A stream of the device (the copy stream; the kernels have one of their own).
-struct Stream<R: Runtime> {
-    rt: Arc<R>,
-    raw: R::Stream,
-    events: Arc<EventPool<R>>,
-}
-
-// SAFETY: a stream may be used from any thread with its device bound (which every use here
-// makes sure of); the runtime serialises work on it (`Runtime`'s contract).
-unsafe impl<R: Runtime> Send for Stream<R> {}
-// SAFETY: as above.
-unsafe impl<R: Runtime> Sync for Stream<R> {}
-
-impl<R: Runtime> Stream<R> {
-    /// The device is bound (by the caller). Waits for its events poll them for `spin` first.
-    fn new(rt: &Arc<R>, spin: Duration) -> Result<Self, DeviceError> {
-        // SAFETY: bound by the caller.
-        let raw = unsafe { rt.stream_create() }?;
-        Ok(Self {
-            rt: rt.clone(),
-            raw,
-            events: Arc::new(EventPool {
-                rt: rt.clone(),
-                free: Mutex::new(Vec::new()),
-                spin,
-            }),
-        })
-    }
-
-    fn synchronize(&self) -> Result<(), DeviceError> {
-        self.rt.bind()?;
-        // SAFETY: bound; a live stream.
-        unsafe { self.rt.stream_sync(self.raw) }
-    }
-
-    /// Records an event after everything queued so far (the device is bound by the caller): a
-    /// pooled one when there is one (a copy per staging piece would otherwise create and
-    /// destroy an event each).
-    fn record(&self) -> Result<GpuEvent<R>, DeviceError> {
-        let raw = match self.events.take() {
-            Some(e) => e,
-            // SAFETY: bound by the caller.
-            None => unsafe { self.rt.event_create() }?,
-        };
-        let ev = GpuEvent {
-            pool: self.events.clone(),
-            raw,
-            reusable: Cell::new(false),
-        };
-        // SAFETY: a live event and stream; bound.
-        unsafe { self.rt.event_record(ev.raw, self.raw) }?;
-        Ok(ev)
-    }
-}
-
-impl<R: Runtime> Drop for Stream<R> {
-    fn drop(&mut self) {
-        if self.rt.bind().is_ok() {
-            // SAFETY: the stream is ours and used by nobody else any more; pending work finishes
-            // first (the completion thread waited for every copy before this runs).
-            unsafe {
-                let _ = self.rt.stream_sync(self.raw);
-                let _ = self.rt.stream_destroy(self.raw);
-            }
-        }
-    }
-}
-
-/// Most idle events a stream keeps for reuse (more are destroyed).
-const POOLED_EVENTS: usize = 256;
-
-/// Events whose last recording was waited for successfully: idle, ready to be recorded again.
-struct EventPool<R: Runtime> {
-    rt: Arc<R>,
-    free: Mutex<Vec<R::Event>>,
-    /// How long a wait polls an event before it blocks in the driver.
-    spin: Duration,
-}
-
-// SAFETY: idle events may be recorded, waited for and destroyed from any thread with their
-// device bound (every use binds first); the mutex serialises access to the list.
-unsafe impl<R: Runtime> Send for EventPool<R> {}
-// SAFETY: as above.
-unsafe impl<R: Runtime> Sync for EventPool<R> {}
-
-impl<R: Runtime> EventPool<R> {
-    fn take(&self) -> Option<R::Event> {
-        self.free
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-    }
-
-    /// Keeps an idle event, or destroys it when the pool is full.
-    fn give(&self, raw: R::Event) {
-        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
-        if free.len() < POOLED_EVENTS {
-            free.push(raw);
-            return;
-        }
-        drop(free);
-        destroy_event(&*self.rt, raw);
-    }
-}
-
-impl<R: Runtime> Drop for EventPool<R> {
-    fn drop(&mut self) {
-        let free = std::mem::take(self.free.get_mut().unwrap_or_else(PoisonError::into_inner));
-        for raw in free {
-            destroy_event(&*self.rt, raw);
-        }
-    }
-}
-
-fn destroy_event<R: Runtime>(rt: &R, raw: R::Event) {
-    if rt.bind().is_ok() {
-        // SAFETY: the event is ours and nobody holds it any more; destroying a pending event is
-        // allowed (the runtime releases it at completion).
-        let _ = unsafe { rt.event_destroy(raw) };
-    }
-}
-
-/// One copy's event, waited for on the completion thread, then back to its stream's pool (or
-/// destroyed, when its wait failed or never happened).
-struct GpuEvent<R: Runtime> {
-    pool: Arc<EventPool<R>>,
-    raw: R::Event,
-    /// Set when a wait saw the recorded work finish: the event is idle and may be recorded again.
-    reusable: Cell<bool>,
-}
-
-// SAFETY: an event may be waited for and destroyed from any thread with its device bound.
-unsafe impl<R: Runtime> Send for GpuEvent<R> {}
-
-impl<R: Runtime> RawEvent for GpuEvent<R> {
-    /// Polls the event for the pool's `spin`, then blocks in the driver: a blocking wait
-    /// wakes on the GPU's interrupt, which costs a thread wake-up per event (the completion
-    /// thread's latency is every staged chunk's latency).
-    fn wait(&self) -> Result<(), DeviceError> {
-        let rt = &*self.pool.rt;
-        rt.bind()?;
-        let mut failed = None;
-        // One query even with no spin: an event already over costs no blocking call.
-        let over = crate::device::handoff::poll_for(self.pool.spin, || {
-            // SAFETY: bound; a live event.
-            match unsafe { rt.event_query(self.raw) } {
-                Ok(over) => over,
-                Err(e) => {
-                    failed = Some(e);
-                    true
-                }
-            }
-        });
-        if let Some(e) = failed {
-            return Err(e); // not reused: destroyed on drop
-        }
-        if over {
-            self.reusable.set(true);
-            return Ok(());
-        }
-        // SAFETY: bound; a live event.
-        let r = unsafe { rt.event_sync(self.raw) };
-        self.reusable.set(r.is_ok());
-        r
-    }
-}
-
-impl<R: Runtime> Drop for GpuEvent<R> {
-    fn drop(&mut self) {
-        if self.reusable.get() {
-            self.pool.give(self.raw);
-        } else {
-            destroy_event(&*self.pool.rt, self.raw);
-        }
     }
 }
 
@@ -467,6 +314,7 @@ impl<R: Runtime> Device for Gpu<R> {
             return Ok(());
         }
         self.rt.bind()?;
+        let (lane, stream) = self.copies.this_thread();
         if len > 0 {
             // SAFETY: bound; the source range lies in pinned memory owned by `src` (checked
             // above), which waits for the event recorded below before any host write or free;
@@ -475,10 +323,11 @@ impl<R: Runtime> Device for Gpu<R> {
             unsafe {
                 let from = src.src_ptr().add(src_offset);
                 self.rt
-                    .copy_h2d_async(mem.at(dst_offset), from, len, self.stream.raw)
+                    .copy_h2d_async(mem.at(dst_offset), from, len, stream.raw)
             }?;
         }
-        let ev = self.stream.record()?;
+        let ev = stream.record()?;
+        self.copies.mark(lane);
         src.record(
             self.done.track(Box::new(ev), Some(dst.clone())),
             src_offset + len,
@@ -498,7 +347,7 @@ impl<R: Runtime> Device for Gpu<R> {
         // After every copy and kernel queued before.
         self.flush_copies();
         self.synchronize_compute()?;
-        self.stream.synchronize()?;
+        self.copies.synchronize()?;
         if dst.is_empty() {
             return Ok(());
         }
@@ -522,7 +371,7 @@ impl<R: Runtime> Device for Gpu<R> {
     fn synchronize(&self) -> Result<(), DeviceError> {
         self.flush_copies();
         self.synchronize_compute()?;
-        self.stream.synchronize()?;
+        self.copies.synchronize()?;
         self.done.drain();
         self.deferred.take()
     }
