@@ -227,24 +227,38 @@ fn kernels_see_the_copies_issued_before_them_on(dev: &dyn GpuDevice) {
         staging.as_mut_slice().unwrap().copy_from_slice(&w);
         dev.copy_h2d_async(&mut staging, 0, &wb, 0, w.len())
             .unwrap();
-        let yb = Arc::new(dev.alloc(rows * 4).unwrap());
-        dev.matvec(GgmlType::Q8_0, &wb, 0, &xb, &yb, rows, cols)
-            .unwrap();
-        let mut want = vec![0f32; rows];
-        compute::matvec(GgmlType::Q8_0, &w, rows, cols, &x, &mut want).unwrap();
-        dev.synchronize_compute().unwrap();
-        let got = download_f32(dev, &yb, rows);
-        let bad = got
-            .iter()
-            .zip(&want)
-            .filter(|(a, b)| (**a - **b).abs() > 1e-3 * (1.0 + b.abs()))
-            .count();
-        assert_eq!(
-            bad, 0,
-            "round {round}: {bad} rows computed from stale weights"
-        );
+        assert_matvec_sees(dev, &wb, &w, &xb, &x, (rows, cols), round);
     }
     dev.synchronize().unwrap();
+}
+
+/// Launches a Q8_0 matvec of `wb` (just copied from `w`, not waited for) by `xb` (= `x`) and
+/// asserts every row matches the host's from `w`: no row was computed from stale weights.
+fn assert_matvec_sees(
+    dev: &dyn GpuDevice,
+    wb: &Arc<DeviceBuffer>,
+    w: &[u8],
+    xb: &Arc<DeviceBuffer>,
+    x: &[f32],
+    (rows, cols): (usize, usize),
+    round: usize,
+) {
+    let yb = Arc::new(dev.alloc(rows * 4).unwrap());
+    dev.matvec(GgmlType::Q8_0, wb, 0, xb, &yb, rows, cols)
+        .unwrap();
+    let mut want = vec![0f32; rows];
+    compute::matvec(GgmlType::Q8_0, w, rows, cols, x, &mut want).unwrap();
+    dev.synchronize_compute().unwrap();
+    let got = download_f32(dev, &yb, rows);
+    let bad = got
+        .iter()
+        .zip(&want)
+        .filter(|(a, b)| (**a - **b).abs() > 1e-3 * (1.0 + b.abs()))
+        .count();
+    assert_eq!(
+        bad, 0,
+        "round {round}: {bad} rows computed from stale weights"
+    );
 }
 
 /// The same contract with four copy streams (`GpuConfig::copy_streams`): eight threads each
@@ -286,22 +300,7 @@ fn kernels_see_the_copies_of_every_copy_stream_on(dev: Arc<dyn GpuDevice>) {
             })
             .collect();
         stagings = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        let yb = Arc::new(dev.alloc(rows * 4).unwrap());
-        dev.matvec(GgmlType::Q8_0, &wb, 0, &xb, &yb, rows, cols)
-            .unwrap();
-        let mut want = vec![0f32; rows];
-        compute::matvec(GgmlType::Q8_0, &w, rows, cols, &x, &mut want).unwrap();
-        dev.synchronize_compute().unwrap();
-        let got = download_f32(dev.as_ref(), &yb, rows);
-        let bad = got
-            .iter()
-            .zip(&want)
-            .filter(|(a, b)| (**a - **b).abs() > 1e-3 * (1.0 + b.abs()))
-            .count();
-        assert_eq!(
-            bad, 0,
-            "round {round}: {bad} rows computed from stale weights"
-        );
+        assert_matvec_sees(dev.as_ref(), &wb, &w, &xb, &x, (rows, cols), round);
         for s in &mut stagings {
             s.wait().unwrap();
         }

@@ -73,11 +73,11 @@ pub struct GpuConfig {
 /// Copy streams when neither the config nor `DS4_COPY_STREAMS` says (`GpuConfig::copy_streams`).
 pub const DEFAULT_COPY_STREAMS: usize = 1;
 
-/// `GpuConfig::copy_streams` resolved against `DS4_COPY_STREAMS` (ignored unless a number).
+/// `GpuConfig::copy_streams` resolved against `DS4_COPY_STREAMS` (ignored unless a number;
+/// `CopyStreams::new` clamps it).
 fn copy_streams(cfg: Option<usize>) -> usize {
     cfg.or_else(|| crate::knobs::env_number("DS4_COPY_STREAMS").map(|n| n as usize))
         .unwrap_or(DEFAULT_COPY_STREAMS)
-        .clamp(1, MAX_COPY_STREAMS)
 }
 
 /// How long a copy's event is polled before the wait blocks (`GpuConfig::event_spin`): zero,

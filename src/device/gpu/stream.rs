@@ -6,6 +6,7 @@ use super::runtime::Runtime;
 use crate::device::completion::RawEvent;
 use crate::device::DeviceError;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -202,7 +203,7 @@ pub const MAX_COPY_STREAMS: usize = 64;
 pub(super) struct CopyStreams<R: Runtime> {
     all: Vec<Arc<Stream<R>>>,
     /// Bit i: stream i (i > 0) took a copy since the compute stream last waited for it.
-    dirty: std::sync::atomic::AtomicU64,
+    dirty: AtomicU64,
     /// Serialises [`CopyStreams::wait_on`]: a launch that finds no dirty stream must still come
     /// after a concurrent launch's waits in the compute stream's order.
     waiting: Mutex<()>,
@@ -244,8 +245,7 @@ impl<R: Runtime> CopyStreams<R> {
     /// Notes that stream `i` took a copy (after it was issued).
     pub(super) fn mark(&self, i: usize) {
         if i > 0 {
-            self.dirty
-                .fetch_or(1 << i, std::sync::atomic::Ordering::AcqRel);
+            self.dirty.fetch_or(1 << i, Ordering::AcqRel);
         }
     }
 
@@ -253,7 +253,7 @@ impl<R: Runtime> CopyStreams<R> {
     /// stream marked since the last call; the device is bound by the caller.
     pub(super) fn wait_on(&self, waiter: &Stream<R>) -> Result<(), DeviceError> {
         let _one = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        let dirty = self.dirty.swap(0, std::sync::atomic::Ordering::AcqRel);
+        let dirty = self.dirty.swap(0, Ordering::AcqRel);
         for (i, s) in self.all.iter().enumerate() {
             if i == 0 || dirty & (1 << i) != 0 {
                 let ev = s.record()?;
@@ -275,7 +275,6 @@ impl<R: Runtime> CopyStreams<R> {
 
 /// The calling thread's copy lane: 0, 1, 2, ... in the order threads first ask.
 fn lane() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static LANE: usize = NEXT.fetch_add(1, Ordering::Relaxed);
