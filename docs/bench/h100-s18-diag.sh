@@ -43,20 +43,13 @@ if has io; then
     for r in off on; do io seq-$r-$rep seq 8GiB DS4_RAMP=$r; done
   done
 fi
-dec() { local name=$1 ramp=$2; shift 2; cat $m > /dev/null   # name ramp ds4-args...
-  DS4_RAMP=$ramp $D/ds4 --backend cuda -m $m --json "$@" > "$OUT/$name.json" 2>"$OUT/$name.err" \
-    && python3 docs/bench/run-summary.py "$OUT/$name.json" || echo "  $name FAILED: $(tail -2 "$OUT/$name.err")"; }
 has decode && for rep in $(seq ${DREPS:-2}); do
   for r in off on; do
     echo "== decode rep $rep ramp $r: streamed 2GB, 1GB (-n 48)"
-    dec d2-$r-$rep $r --ssd-streaming --ssd-streaming-cache-experts 2GB -n 48
-    dec d1-$r-$rep $r --ssd-streaming --ssd-streaming-cache-experts 1GB -n 48
+    dec d2-$r-$rep DS4_RAMP=$r --ssd-streaming --ssd-streaming-cache-experts 2GB -n 48
+    dec d1-$r-$rep DS4_RAMP=$r --ssd-streaming --ssd-streaming-cache-experts 1GB -n 48
   done
 done
-t() { local n=$1; shift; local s=$SECONDS
-  "$@" > "$OUT/$n.log" 2>&1; local rc=$?
-  echo "=== $n rc $rc $(grep -E "test result" "$OUT/$n.log" | tail -1) ($((SECONDS-s)) s)"
-  grep -E "panicked|FAILED" "$OUT/$n.log" | head -4; }
 if has tests; then
   [ -f /tmp/shim/libamdhip64.so.5 ] || bash tests/hip_shim/build.sh /tmp/shim $D/*-hip 2>&1 | tail -1
   for r in off on; do

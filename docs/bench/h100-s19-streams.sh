@@ -39,20 +39,13 @@ for l in sys.stdin:
     for s in 1 16; do io seq-s$s seq 8GiB engine DS4_COPY_STREAMS=$s; done
   done
 fi
-dec() { local name=$1 s=$2; shift 2; cat $m > /dev/null   # name streams ds4-args...
-  DS4_COPY_STREAMS=$s $D/ds4 --backend cuda -m $m --json "$@" > "$OUT/$name.json" 2>"$OUT/$name.err" \
-    && python3 docs/bench/run-summary.py "$OUT/$name.json" || echo "  $name FAILED: $(tail -2 "$OUT/$name.err")"; }
 has decode && for rep in $(seq ${DREPS:-2}); do
   for s in 1 16; do
     echo "== decode rep $rep streams $s: streamed 2GB, 1GB (-n 48)"
-    dec d2-s$s-$rep $s --ssd-streaming --ssd-streaming-cache-experts 2GB -n 48
-    dec d1-s$s-$rep $s --ssd-streaming --ssd-streaming-cache-experts 1GB -n 48
+    dec d2-s$s-$rep DS4_COPY_STREAMS=$s --ssd-streaming --ssd-streaming-cache-experts 2GB -n 48
+    dec d1-s$s-$rep DS4_COPY_STREAMS=$s --ssd-streaming --ssd-streaming-cache-experts 1GB -n 48
   done
 done
-t() { local n=$1; shift; local s=$SECONDS
-  "$@" > "$OUT/$n.log" 2>&1; local rc=$?
-  echo "=== $n rc $rc $(grep -E "test result" "$OUT/$n.log" | tail -1) ($((SECONDS-s)) s)"
-  grep -E "panicked|FAILED|stale" "$OUT/$n.log" | head -4; }
 if has tests; then
   [ -f /tmp/shim/libamdhip64.so.5 ] || bash tests/hip_shim/build.sh /tmp/shim $D/*-hip 2>&1 | tail -1
   t kernels-broken env DS4_GPU_TESTS=cuda $D/kernels_gpu-broken every_copy_stream

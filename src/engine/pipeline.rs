@@ -49,7 +49,6 @@ impl Ramp {
     fn seat(&self) -> Seat {
         Seat {
             ahead: self.in_flight.fetch_add(1, Ordering::Relaxed),
-            workers: self.workers,
             count: Arc::clone(&self.in_flight),
         }
     }
@@ -59,7 +58,6 @@ impl Ramp {
 /// It leaves the count when dropped: its read is over, failed or was cancelled.
 struct Seat {
     ahead: usize,
-    workers: usize,
     count: Arc<AtomicUsize>,
 }
 
@@ -221,7 +219,8 @@ impl Job for StagedJob {
             seat,
         } = *self;
         let started = Instant::now();
-        let ramp = seat.as_ref().map(|s| (s.ahead, s.workers));
+        let workers = shared.ramp.as_ref().map_or(0, |r| r.workers);
+        let ramp = seat.as_ref().map(|s| (s.ahead, workers));
         let staged = stage(&shared, &mut slot, handle, &token, dst_offset, ramp);
         drop(seat); // the read is over
         let (issued, issue) = match staged {
