@@ -219,8 +219,11 @@ impl Job for StagedJob {
             seat,
         } = *self;
         let started = Instant::now();
-        let workers = shared.ramp.as_ref().map_or(0, |r| r.workers);
-        let ramp = seat.as_ref().map(|s| (s.ahead, workers));
+        // A seat exists only when the ramp is on.
+        let ramp = seat
+            .as_ref()
+            .zip(shared.ramp.as_ref())
+            .map(|(s, r)| (s.ahead, r.workers));
         let staged = stage(&shared, &mut slot, handle, &token, dst_offset, ramp);
         drop(seat); // the read is over
         let (issued, issue) = match staged {
