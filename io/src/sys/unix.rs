@@ -30,6 +30,16 @@
 //! read sends that read unbuffered and is counted; only "unsupported" answers turn a probe off,
 //! for that handle.
 //!
+//! Either probe, the buffered fd of a handle with an unbuffered path is set to
+//! `POSIX_FADV_RANDOM` (readahead off): it serves cached bytes, partly cached ranges and the
+//! unaligned ends of unbuffered reads, and readahead there only pulls in the bytes the next
+//! request would have read unbuffered. Measured on the dev machine (read_ahead_kb 8192): a cold
+//! tensor whose first chunk shared pages with the GGUF header went buffered at its first read,
+//! whose readahead made the next chunk look cached to the probe, and so on to the end: the whole
+//! tensor was read buffered at 0.43 GB/s instead of unbuffered at ~1.1. Readahead comes back
+//! (`POSIX_FADV_NORMAL`) when the unbuffered path is turned off and the buffered fd serves
+//! everything.
+//!
 //! Limits: the file is assumed not to change while it is read (it is a model file); a file that
 //! was replaced on disk between [`SharedFile::open`] and a worker's open is detected by its
 //! device and inode numbers and refused.
@@ -188,6 +198,11 @@ impl UnixHandle {
     fn disable_direct(&mut self, reason: String) {
         self.direct = Direct::Disabled; // closes the unbuffered fd
         self.stats.direct_fallback = Some(reason);
+        // Every read is buffered from now on: sequential ones want readahead again.
+        #[cfg(target_os = "linux")]
+        if self.probe != Probe::None {
+            linux::advise(&self.buffered, libc::POSIX_FADV_NORMAL);
+        }
     }
 
     /// The unbuffered fd, opened on first use; `None` when the unbuffered path is off.
@@ -426,6 +441,8 @@ fn choose_probe(buffered: &File, stats: &mut HandleStats) -> Probe {
     {
         let why_not_cachestat = match linux::cachestat(buffered, 0, 1) {
             Ok(_) => {
+                // Readahead off: it would make the next cold chunk look cached (module docs).
+                linux::advise(buffered, libc::POSIX_FADV_RANDOM);
                 stats.cache_probe = Probe::Cachestat.name();
                 return Probe::Cachestat;
             }
