@@ -16,6 +16,7 @@
 //!   past 4 GiB) and [`fault`] (fault-injecting and throttled sources).
 //! - No mmap anywhere in this crate.
 
+pub mod active;
 pub mod align;
 pub mod error;
 pub mod fault;
@@ -24,6 +25,7 @@ pub mod pattern;
 pub mod pool;
 mod sys;
 
+pub use active::ActiveLimit;
 pub use align::AlignedBuf;
 pub use error::ReadError;
 pub use file::{

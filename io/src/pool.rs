@@ -10,6 +10,10 @@
 //! (later submits cancel their job), jobs still queued are cancelled, jobs already running
 //! finish, then the workers are joined.
 //!
+//! [`PoolConfig::active`] lets fewer workers than the pool has take jobs at once, changeable
+//! while it runs ([`ActiveLimit`]): jobs queued beyond them wait in the queue, so a worker that
+//! finishes a read starts the next one at once.
+//!
 //! Limits:
 //! - A job that panics is consumed by the panic, so it can neither complete nor be cancelled;
 //!   the worker catches the panic, logs it to stderr, counts it ([`ReaderPool::panicked_jobs`])
@@ -20,6 +24,7 @@
 //! - `close` must not be called from inside a job (it would wait for that job); if it is, the
 //!   calling worker is left to exit on its own instead of being joined.
 
+use crate::active::ActiveLimit;
 use crate::file::{ReadAt, Source};
 use crossbeam_channel::{bounded, select, Receiver, Select, Sender, TryRecvError, TrySendError};
 use std::io;
@@ -45,6 +50,9 @@ pub struct PoolConfig {
     pub queue_depth: usize,
     /// Thread name prefix.
     pub name: String,
+    /// `Some(n)`: only `n` workers (clamped to 1..=workers) take jobs at a time, changeable with
+    /// [`ReaderPool::active_limit`]. `None` (default): every worker, no check per job.
+    pub active: Option<usize>,
 }
 
 impl Default for PoolConfig {
@@ -53,6 +61,7 @@ impl Default for PoolConfig {
             workers: 18,
             queue_depth: 64,
             name: "ds4-io".into(),
+            active: None,
         }
     }
 }
@@ -87,6 +96,7 @@ pub struct ReaderPool {
     threads: Mutex<Vec<JoinHandle<()>>>,
     workers: usize,
     panicked: Arc<AtomicU64>,
+    active: Option<ActiveLimit>,
 }
 
 impl ReaderPool {
@@ -115,6 +125,7 @@ impl ReaderPool {
             threads: Mutex::new(Vec::with_capacity(cfg.workers)),
             workers: cfg.workers,
             panicked: Arc::new(AtomicU64::new(0)),
+            active: cfg.active.map(|n| ActiveLimit::new(cfg.workers, n)),
         };
         let (ready_tx, ready_rx) = bounded::<io::Result<()>>(cfg.workers);
         let mut first_err = None;
@@ -125,6 +136,7 @@ impl ReaderPool {
                 rx: pool.rx.clone(),
                 stop: pool.stop_rx.clone(),
                 panicked: Arc::clone(&pool.panicked),
+                active: pool.active.clone(),
             };
             let source = Arc::clone(&source);
             let ready = ready_tx.clone();
@@ -168,6 +180,12 @@ impl ReaderPool {
     /// Number of workers (each with its own handle).
     pub fn workers(&self) -> usize {
         self.workers
+    }
+
+    /// The limit on workers taking jobs at once, when the pool was built with
+    /// [`PoolConfig::active`].
+    pub fn active_limit(&self) -> Option<&ActiveLimit> {
+        self.active.as_ref()
     }
 
     /// Jobs waiting in the queue (not yet taken by a worker).
@@ -234,8 +252,12 @@ impl ReaderPool {
     /// workers. Safe to call from any thread, any number of times, concurrently with submits.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        // Wake workers waiting for work and submitters waiting for queue space.
+        // Wake workers waiting for work (or for the active limit) and submitters waiting for
+        // queue space.
         lock(&self.stop_tx).take();
+        if let Some(a) = &self.active {
+            a.close();
+        }
         // Wait until no submitter is between its `closed` check and its send.
         drop(self.gate.write().unwrap_or_else(|p| p.into_inner()));
         // Queued jobs are cancelled rather than run (workers cancel the ones they take now too).
@@ -284,6 +306,7 @@ struct Worker {
     rx: Receiver<Box<dyn Job>>,
     stop: Receiver<()>,
     panicked: Arc<AtomicU64>,
+    active: Option<ActiveLimit>,
 }
 
 impl Worker {
@@ -305,6 +328,9 @@ impl Worker {
         drop(ready);
         drop(source); // the handle is all a worker needs
         loop {
+            if let Some(a) = &self.active {
+                a.admit(self.index); // returns at once once closing: the select sees the stop
+            }
             select! {
                 recv(self.rx) -> job => match job {
                     // Closing already started: this job was still queued, so it is cancelled

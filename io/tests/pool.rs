@@ -19,6 +19,7 @@ fn pool_cfg(workers: usize, queue_depth: usize) -> PoolConfig {
         workers,
         queue_depth,
         name: "test-io".into(),
+        active: None,
     }
 }
 

@@ -1,28 +1,50 @@
-//! How many requests a cold sequential copy keeps in flight, chosen by measuring the disk.
+//! How many reads a cold sequential copy keeps in flight, chosen by measuring the disk.
 //!
-//! Disks disagree: the dev machine's virtio disk reads a cold tensor fastest with two 4 MiB
-//! requests in flight (three or more lose a fifth: docs/BENCHMARKS.md, issue 18), while the
-//! H200 machine's wants a deep queue (fio's best there is libaio at depth 32). No static shape
-//! serves both, and neither says what it is (both report `rotational`, one hardware queue).
+//! Disks disagree: the dev machine's virtio disk reads a cold tensor fastest with one read in
+//! flight and the next requests queued behind it (~1.4x sixteen readers at two requests in
+//! flight: docs/BENCHMARKS.md, issue 18), while the H200 machine's has wanted a deep queue
+//! (fio's best there has been libaio at depth 32) and NVMe drives need one. No static shape
+//! serves all, and none says what it is (both VMs report `rotational`, one hardware queue).
 //!
-//! [`DepthTuner`] climbs: it runs one epoch (a fixed number of bytes written out) at each depth
-//! of [`STEPS`] up to the copy's window, and moves up only while a step is faster than the best
-//! so far by [`GAIN`]; the first step that is not, or the last, ends the climb, and the copy goes
-//! on at the best depth seen. Limits: one climb per copy (a disk that changes its mind in the
-//! middle of a long copy is not followed); a single noisy epoch can end the climb early.
+//! [`DepthTuner`] climbs: it runs one epoch (a fixed number of bytes written out) at each reader
+//! count of [`STEPS`] up to the copy's, each with [`window_for`] requests queued so a reader
+//! never waits between reads, and moves up only while a step is faster than the best so far by
+//! [`GAIN`]; the first step that is not, or the last, ends the climb, and the copy goes on at
+//! the best step seen. The copy applies a step's reader count through the engine's active
+//! limit ([`crate::engine::Engine::set_active_readers`]). Limits: one climb per copy (a disk
+//! that changes its mind in the middle of a long copy is not followed); a single noisy epoch
+//! can end the climb early.
 
 use std::time::Duration;
 
-/// Depths tried, in order (capped by the copy's window).
-pub const STEPS: [usize; 5] = [2, 4, 8, 16, 24];
-/// How much faster a depth must be than the best below it to keep climbing.
-pub const GAIN: f64 = 1.08;
+/// Reader counts tried, in order (capped by the copy's readers and window).
+pub const STEPS: [usize; 5] = [1, 2, 4, 8, 16];
+/// How much faster a step must be than the best below it to keep climbing. Well above the
+/// dev disk's epoch-to-epoch noise (two readers against one: 0.83-1.06x in 15 bench probes,
+/// yet a climb to 4 under load), well below what a queue-hungry disk gains per doubling (~2x).
+pub const GAIN: f64 = 1.15;
 
-/// The depth a copy runs at now, and what it measured.
+/// Requests a step with `readers` readers keeps in flight (before the copy's window caps it):
+/// two or half as many more than the readers, so each reader finds its next request queued.
+/// 1 reader: 3; 2: 4; 4: 6; 8: 12; 16: 24.
+pub fn window_for(readers: usize) -> usize {
+    readers + (readers / 2).max(2)
+}
+
+/// One step of the climb.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Readers reading at once.
+    pub readers: usize,
+    /// Requests in flight (queued or being read).
+    pub window: usize,
+}
+
+/// The step a copy runs at now, and what it measured.
 #[derive(Clone, Debug)]
 pub struct DepthTuner {
-    steps: Vec<usize>,
-    /// Index into `steps` of the depth in use.
+    steps: Vec<Step>,
+    /// Index into `steps` of the step in use.
     at: usize,
     /// (index, bytes/s) of the fastest epoch so far.
     best: Option<(usize, f64)>,
@@ -36,12 +58,20 @@ pub struct DepthTuner {
 }
 
 impl DepthTuner {
-    /// A climb over [`STEPS`] capped at `max_window` (at least 1), measuring `epoch_bytes`
-    /// (at least 1) per step.
-    pub fn new(max_window: usize, epoch_bytes: u64) -> Self {
-        let max = max_window.max(1);
-        let mut steps: Vec<usize> = STEPS.iter().copied().filter(|&s| s < max).collect();
-        steps.push(max);
+    /// A climb over [`STEPS`] capped at `max_readers` readers and `max_window` requests (each
+    /// at least 1), measuring `epoch_bytes` (at least 1) per step.
+    pub fn new(max_readers: usize, max_window: usize, epoch_bytes: u64) -> Self {
+        let max_w = max_window.max(1);
+        let max_r = max_readers.clamp(1, max_w);
+        let mut readers: Vec<usize> = STEPS.iter().copied().filter(|&r| r < max_r).collect();
+        readers.push(max_r);
+        let steps: Vec<Step> = readers
+            .into_iter()
+            .map(|r| Step {
+                readers: r,
+                window: window_for(r).min(max_w).max(r),
+            })
+            .collect();
         Self {
             settled: steps.len() == 1,
             steps,
@@ -55,9 +85,19 @@ impl DepthTuner {
         }
     }
 
+    /// The step in use now.
+    pub fn step(&self) -> Step {
+        self.steps[self.at]
+    }
+
     /// Requests to keep in flight now.
     pub fn window(&self) -> usize {
-        self.steps[self.at]
+        self.step().window
+    }
+
+    /// Readers to let read at once now.
+    pub fn readers(&self) -> usize {
+        self.step().readers
     }
 
     /// Whether the climb is over.
@@ -65,7 +105,7 @@ impl DepthTuner {
         self.settled
     }
 
-    /// (depth, bytes/s) of each epoch measured, in order.
+    /// (readers, bytes/s) of each epoch measured, in order.
     pub fn probes(&self) -> &[(usize, f64)] {
         &self.probes
     }
@@ -88,7 +128,7 @@ impl DepthTuner {
         }
         let secs = now.saturating_sub(self.since).as_secs_f64().max(1e-9);
         let rate = self.got as f64 / secs;
-        self.probes.push((self.window(), rate));
+        self.probes.push((self.readers(), rate));
         let better = self.best.is_none_or(|(_, b)| rate > b * GAIN);
         if better {
             self.best = Some((self.at, rate));
@@ -98,7 +138,7 @@ impl DepthTuner {
             self.got = 0;
             self.since = now;
         } else {
-            // `best` is set by the first epoch, so this is the fastest depth measured.
+            // `best` is set by the first epoch, so this is the fastest step measured.
             self.at = self.best.map_or(self.at, |(i, _)| i);
             self.settled = true;
         }
@@ -109,10 +149,11 @@ impl DepthTuner {
 mod tests {
     use super::*;
 
-    /// Runs a tuner against a disk whose rate (bytes/s) depends on the depth only, 4 MiB
-    /// writes, until it settles; returns the depth it settled at and the probes.
+    /// Runs a tuner (16 readers, window 24) against a disk whose rate (bytes/s) depends on the
+    /// readers only, 4 MiB writes, until it settles; returns the readers it settled at and the
+    /// readers of each probe.
     fn climb(max: usize, rate: impl Fn(usize) -> f64) -> (usize, Vec<usize>) {
-        let mut t = DepthTuner::new(max, 16 << 20);
+        let mut t = DepthTuner::new(max, 24, 16 << 20);
         // The first write only starts the clock, whatever it took.
         let mut now = Duration::from_secs(5);
         t.written(4 << 20, now);
@@ -120,67 +161,103 @@ mod tests {
             if t.settled() {
                 break;
             }
-            now += Duration::from_secs_f64((4 << 20) as f64 / rate(t.window()));
+            now += Duration::from_secs_f64((4 << 20) as f64 / rate(t.readers()));
             t.written(4 << 20, now);
         }
         assert!(t.settled());
-        (t.window(), t.probes().iter().map(|p| p.0).collect())
+        (t.readers(), t.probes().iter().map(|p| p.0).collect())
     }
 
     #[test]
-    fn a_disk_that_wants_two_requests_gets_two() {
-        // The dev machine's disk: 2.0 GB/s at depth 2, 1.6 beyond.
-        let (d, probes) = climb(24, |d| if d <= 2 { 2.0e9 } else { 1.6e9 });
-        assert_eq!((d, probes), (2, vec![2, 4]));
+    fn a_disk_that_wants_one_reader_gets_one() {
+        // The dev machine's disk: ~1.4 GB/s with one reader, ~1.1 with more.
+        let (r, probes) = climb(16, |r| if r <= 1 { 1.4e9 } else { 1.1e9 });
+        assert_eq!((r, probes), (1, vec![1, 2]));
     }
 
     #[test]
     fn a_deep_queue_disk_climbs_to_the_top() {
-        let (d, probes) = climb(24, |d| 0.3e9 * d as f64);
-        assert_eq!((d, probes), (24, vec![2, 4, 8, 16, 24]));
+        let (r, probes) = climb(16, |r| 0.3e9 * r as f64);
+        assert_eq!((r, probes), (16, vec![1, 2, 4, 8, 16]));
     }
 
     #[test]
     fn the_climb_stops_at_the_knee_and_a_small_gain_is_not_a_step() {
         // Doubles to 8, +5 % at 16 (under GAIN): stays at 8.
-        let (d, probes) = climb(24, |d| match d {
+        let (r, probes) = climb(16, |r| match r {
+            1 => 0.5e9,
             2 => 1.0e9,
             4 => 2.0e9,
             8 => 4.0e9,
             _ => 4.2e9,
         });
-        assert_eq!((d, probes), (8, vec![2, 4, 8, 16]));
-        // Slower again at 16 after a peak at 4: back to 4.
-        let (d, _) = climb(24, |d| match d {
+        assert_eq!((r, probes), (8, vec![1, 2, 4, 8, 16]));
+        // Slower again at 8 after a peak at 4: back to 4.
+        let (r, probes) = climb(16, |r| match r {
+            1 => 1.0e9,
+            2 => 2.0e9,
             4 => 3.0e9,
-            _ => 1.0e9,
+            _ => 1.5e9,
         });
-        assert_eq!(d, 4);
+        assert_eq!((r, probes), (4, vec![1, 2, 4, 8]));
     }
 
     #[test]
-    fn the_window_caps_the_steps() {
-        let (d, probes) = climb(6, |d| 1e9 * d as f64);
-        assert_eq!((d, probes), (6, vec![2, 4, 6]));
-        // A window of 1 or 2 has nothing to try.
-        for w in [0, 1, 2] {
-            let t = DepthTuner::new(w, 1);
+    fn each_step_queues_requests_beyond_its_readers() {
+        let t = DepthTuner::new(16, 24, 1);
+        let mut steps = vec![t.step()];
+        let mut t = t;
+        let mut now = Duration::ZERO;
+        t.written(1, now);
+        while !t.settled() {
+            now += Duration::from_secs(1) / (steps.len() as u32 + 1) / 2;
+            t.written(1, now);
+            steps.push(t.step());
+        }
+        let got: Vec<(usize, usize)> = steps.iter().map(|s| (s.readers, s.window)).collect();
+        assert_eq!(
+            got,
+            vec![(1, 3), (2, 4), (4, 6), (8, 12), (16, 24), (16, 24)]
+        );
+        for r in 1..64 {
+            assert!(window_for(r) >= r + 2);
+        }
+    }
+
+    #[test]
+    fn the_readers_and_the_window_cap_the_steps() {
+        let (r, probes) = climb(6, |r| 1e9 * r as f64);
+        assert_eq!((r, probes), (6, vec![1, 2, 4, 6]));
+        // A window of 4: readers above it add nothing, so the climb ends at 4 readers.
+        let t = DepthTuner::new(16, 4, 1);
+        assert_eq!(
+            t.steps.last(),
+            Some(&Step {
+                readers: 4,
+                window: 4
+            })
+        );
+        assert_eq!(t.steps.len(), 3);
+        // One reader or a window of 1 has nothing to try.
+        for (r, w) in [(1, 24), (0, 24), (16, 1), (16, 0)] {
+            let t = DepthTuner::new(r, w, 1);
             assert!(t.settled());
-            assert_eq!(t.window(), w.max(1));
+            assert_eq!(t.readers(), 1);
+            assert!(t.window() >= 1);
         }
     }
 
     #[test]
     fn an_epoch_is_timed_from_the_step_it_measures() {
         // 16 MiB per epoch; the first epoch takes 1 s, the second 0.5 s (twice as fast).
-        let mut t = DepthTuner::new(4, 16 << 20);
+        let mut t = DepthTuner::new(2, 4, 16 << 20);
         t.written(4 << 20, Duration::ZERO);
         t.written(16 << 20, Duration::from_secs(1));
-        assert_eq!(t.window(), 4);
+        assert_eq!(t.readers(), 2);
         t.written(16 << 20, Duration::from_millis(1500));
         let r: Vec<f64> = t.probes().iter().map(|p| p.1).collect();
         assert_eq!(r, vec![(16u64 << 20) as f64, (32u64 << 20) as f64]);
         assert!(t.settled());
-        assert_eq!(t.window(), 4);
+        assert_eq!(t.readers(), 2);
     }
 }

@@ -105,6 +105,11 @@ pub struct EngineConfig {
     /// trace of run 8: ~470 us idle of a 1636 us token). `None` = `DS4_RAMP` or
     /// [`DEFAULT_RAMP`].
     pub ramp: Option<bool>,
+    /// `Some(n)`: only `n` of the workers read at a time, changeable while the engine runs
+    /// ([`Engine::set_active_readers`]); chunks beyond them wait queued, so a reader that
+    /// finishes starts the next at once. For cold copies that measure how many reads in flight
+    /// the disk wants (`range_copy`'s depth tuner). `None` (default): every worker reads.
+    pub active_readers: Option<usize>,
 }
 
 impl EngineConfig {
@@ -128,6 +133,7 @@ impl Default for EngineConfig {
             host_pool_bytes: 256 << 20,
             copy_piece: DEFAULT_COPY_PIECE,
             ramp: None,
+            active_readers: None,
         }
     }
 }
@@ -160,6 +166,14 @@ impl EngineConfig {
                 self.slots, self.slot_bytes
             ));
         }
+        if let Some(n) = self.active_readers {
+            if n == 0 || n > self.workers {
+                return bad(format!(
+                    "active_readers {n} not in 1..={} (the workers)",
+                    self.workers
+                ));
+            }
+        }
         if self.queue_depth == 0 {
             return bad("queue_depth must be at least 1".into());
         }
@@ -183,6 +197,7 @@ pub struct Engine {
     stop: Option<Sender<()>>,
     dispatcher: Option<JoinHandle<()>>,
     completer: Option<JoinHandle<()>>,
+    active: Option<ds4_io::ActiveLimit>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -223,9 +238,11 @@ impl Engine {
                 workers: cfg.workers,
                 queue_depth: cfg.queue_depth,
                 name: "ds4-read".into(),
+                active: cfg.active_readers,
             },
         )
         .map_err(|source| EngineError::Workers { source })?;
+        let active = pool.active_limit().cloned();
         let shared = Arc::new(Shared {
             source,
             device,
@@ -276,7 +293,20 @@ impl Engine {
             stop: Some(stop_tx),
             dispatcher: Some(dispatcher),
             completer: Some(completer),
+            active,
         })
+    }
+
+    /// Lets `n` readers (clamped to 1..=workers) read at a time from now on; returns the count
+    /// set, or `None` when the engine was opened without [`EngineConfig::active_readers`].
+    /// Reads already running finish; a reader above a lowered count may take one more chunk.
+    pub fn set_active_readers(&self, n: usize) -> Option<usize> {
+        self.active.as_ref().map(|a| a.set(n))
+    }
+
+    /// Readers allowed to read at a time now (`None`: every worker, no limit configured).
+    pub fn active_readers(&self) -> Option<usize> {
+        self.active.as_ref().map(|a| a.get())
     }
 
     /// Opens `path` with [`FileSource`] (direct IO per `cfg.direct`) and starts an engine on it.

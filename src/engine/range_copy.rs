@@ -6,7 +6,7 @@
 //! O_DIRECT otherwise. [`copy_range`] keeps up to `window` requests of at most `chunk` bytes in
 //! flight while earlier ones are written out: bounded memory whatever the range's size. Readers
 //! and window follow the bytes' page-cache residency ([`shape_for`], [`shape_of`]): deep queues
-//! for cold bytes, one reader per core for cached ones.
+//! for cold bytes (how deep measured by [`DepthTuner`]), one reader per core for cached ones.
 //!
 //! Limits: host memory only (a GPU round trip is `ds4 cat --backend`'s own loop); a failed
 //! request stops the copy with the bytes before it already written.
@@ -28,14 +28,15 @@ pub struct CopyShape {
     pub window: usize,
     /// Bytes per request (a multiple of 4096).
     pub chunk: usize,
-    /// Measure the disk: `window` is then the deepest queue tried, and the copy runs at the
-    /// depth [`DepthTuner`] picks (cold bytes, where disks disagree on the best depth).
+    /// Measure the disk: `workers` and `window` are then the most readers and requests tried,
+    /// and the copy runs at the step [`DepthTuner`] picks (cold bytes, where disks disagree on
+    /// how many reads in flight are best).
     pub tune: bool,
 }
 
-/// Cold bytes (or unknown): unbuffered reads cost no CPU; how deep a queue the disk wants is
-/// measured ([`DepthTuner`]: the H200 machine's virtio disk wants 16-32 requests in flight,
-/// the dev machine's two), up to 24 requests on 16 readers.
+/// Cold bytes (or unknown): unbuffered reads cost no CPU; how many reads in flight the disk
+/// wants is measured ([`DepthTuner`]: the dev machine's virtio disk wants one reader with the
+/// next requests queued, NVMe drives deep queues), up to 16 readers and 24 requests.
 pub const COLD: CopyShape = CopyShape {
     workers: 16,
     window: 24,
@@ -43,9 +44,11 @@ pub const COLD: CopyShape = CopyShape {
     tune: true,
 };
 
-/// What a copy did: the depth it ended at and, when tuned, each depth measured (bytes/s).
+/// What a copy did: the readers and requests in flight it ended at and, when tuned, each
+/// reader count measured (readers, bytes/s).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CopyReport {
+    pub readers: usize,
     pub window: usize,
     pub probes: Vec<(usize, f64)>,
 }
@@ -90,8 +93,11 @@ pub enum CopyError {
 }
 
 /// Copies `len` bytes at absolute `offset` of the engine's file to `out`, in order, with up to
-/// `shape.window` requests of at most `shape.chunk` bytes in flight (with `shape.tune`, as many
-/// as [`DepthTuner`] finds fastest, measured over epochs of 1/16 of the copy, 32..=64 MiB).
+/// `shape.window` requests of at most `shape.chunk` bytes in flight (with `shape.tune`, the
+/// readers and requests [`DepthTuner`] finds fastest, measured over epochs of 1/16 of the copy,
+/// 32..=64 MiB; the reader count needs an engine opened with
+/// [`EngineConfig::active_readers`], as [`open_engine`] does for tuned shapes, and is left
+/// alone otherwise).
 /// Requests after the first start on multiples of the chunk in the file, so only the first and
 /// the last are widened for the unbuffered path (the engine reads 4096-aligned ranges).
 pub fn copy_range(
@@ -104,13 +110,21 @@ pub fn copy_range(
     let max = shape.window.max(1);
     let mut tuner = shape
         .tune
-        .then(|| DepthTuner::new(max, (len / 16).clamp(32 << 20, 64 << 20)));
+        .then(|| DepthTuner::new(shape.workers, max, (len / 16).clamp(32 << 20, 64 << 20)));
+    // The reader count last asked for, and what the engine runs (every worker without a limit).
+    let (mut asked, mut readers) = (None, shape.workers);
     let t0 = std::time::Instant::now();
     let mut queued: VecDeque<BytesTicket> = VecDeque::with_capacity(max);
     let mut next = 0u64;
     let c = shape.chunk.max(4096) as u64;
     loop {
-        let window = tuner.as_ref().map_or(max, DepthTuner::window);
+        let (window, want) = tuner
+            .as_ref()
+            .map_or((max, shape.workers), |t| (t.window(), t.readers()));
+        if asked != Some(want) {
+            asked = Some(want);
+            readers = engine.set_active_readers(want).unwrap_or(shape.workers);
+        }
         while next < len && queued.len() < window {
             let at = offset + next;
             let to_grid = c - at % c;
@@ -132,10 +146,12 @@ pub fn copy_range(
     out.flush().map_err(CopyError::Write)?;
     Ok(match tuner {
         Some(t) => CopyReport {
+            readers,
             window: t.window(),
             probes: t.probes().to_vec(),
         },
         None => CopyReport {
+            readers,
             window: max,
             probes: Vec::new(),
         },
@@ -144,7 +160,8 @@ pub fn copy_range(
 
 /// The engine `ds4 cat` reads through (also `ds4-bench io`'s `cat` case): host backend, reads
 /// land straight in pooled host memory; cache-first reads (hot bytes from the page cache, cold
-/// ones unbuffered).
+/// ones unbuffered). A tuned shape's engine starts with one active reader, which the copy then
+/// raises as [`DepthTuner`] climbs.
 pub fn open_engine(path: &Path, shape: CopyShape) -> Result<Engine, EngineError> {
     let device = BackendKind::Host
         .open_default()
@@ -159,6 +176,7 @@ pub fn open_engine(path: &Path, shape: CopyShape) -> Result<Engine, EngineError>
         slots: 1, // host-visible reads take no staging slot
         slot_bytes: shape.chunk,
         host_pool_bytes: (shape.window + 2) * (shape.chunk + (64 << 10)),
+        active_readers: shape.tune.then_some(1),
         ..EngineConfig::default()
     };
     Engine::open(path, device, cfg)
@@ -264,6 +282,148 @@ mod tests {
                 pattern::verify(99, off, &out).unwrap();
             }
         }
+    }
+
+    /// A disk where every read takes `latency` and at most `lanes` reads proceed at once (the
+    /// rest wait their turn): it reads `lanes` times faster with `lanes` readers than with
+    /// one. With one lane, a read that finds another already running takes twice as long (the
+    /// dev machine's disk, slower with more reads in flight). Records how many reads were
+    /// running as each one started.
+    struct Disk {
+        inner: Arc<PatternSource>,
+        latency: std::time::Duration,
+        lanes: usize,
+        running: Arc<std::sync::Mutex<(usize, Vec<usize>)>>,
+        lane: Arc<(std::sync::Mutex<usize>, std::sync::Condvar)>,
+    }
+
+    struct DiskHandle {
+        inner: Box<dyn ds4_io::ReadAt>,
+        latency: std::time::Duration,
+        lanes: usize,
+        running: Arc<std::sync::Mutex<(usize, Vec<usize>)>>,
+        lane: Arc<(std::sync::Mutex<usize>, std::sync::Condvar)>,
+    }
+
+    impl ds4_io::Source for Disk {
+        fn path(&self) -> &Path {
+            self.inner.path()
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn open_handle(&self) -> io::Result<Box<dyn ds4_io::ReadAt>> {
+            Ok(Box::new(DiskHandle {
+                inner: self.inner.open_handle()?,
+                latency: self.latency,
+                lanes: self.lanes,
+                running: Arc::clone(&self.running),
+                lane: Arc::clone(&self.lane),
+            }))
+        }
+    }
+
+    impl ds4_io::ReadAt for DiskHandle {
+        fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            let crowd = {
+                let mut r = self.running.lock().unwrap();
+                r.0 += 1;
+                let now = r.0;
+                r.1.push(now);
+                now
+            };
+            let (m, cv) = &*self.lane;
+            let mut busy = m.lock().unwrap();
+            while *busy >= self.lanes {
+                busy = cv.wait(busy).unwrap();
+            }
+            *busy += 1;
+            drop(busy);
+            let slow = if self.lanes == 1 && crowd > 1 { 2 } else { 1 };
+            std::thread::sleep(self.latency * slow);
+            let r = self.inner.read_exact_at(buf, offset);
+            *m.lock().unwrap() -= 1;
+            cv.notify_all();
+            self.running.lock().unwrap().0 -= 1;
+            r
+        }
+        ds4_io::forward_read_at!(inner);
+    }
+
+    /// Checks what it is given against the pattern as it comes (no buffer of the whole copy).
+    struct Check {
+        seed: u64,
+        pos: u64,
+    }
+
+    impl Write for Check {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            pattern::verify(self.seed, self.pos, b).map_err(io::Error::other)?;
+            self.pos += b.len() as u64;
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A tuned copy of `len` bytes (up to 4 readers, 1 MiB requests) through an engine with an
+    /// active limit, on a [`Disk`] of `lanes` lanes and 5 ms reads; the copy's report and the
+    /// running counts seen.
+    fn tuned_copy(lanes: usize, len: u64) -> (CopyReport, Vec<usize>) {
+        let running = Arc::new(std::sync::Mutex::new((0, Vec::new())));
+        let disk = Disk {
+            inner: Arc::new(PatternSource::new(len, 7)),
+            latency: std::time::Duration::from_millis(5),
+            lanes,
+            running: Arc::clone(&running),
+            lane: Arc::new((std::sync::Mutex::new(0), std::sync::Condvar::new())),
+        };
+        let shape = CopyShape {
+            workers: 4,
+            window: 6,
+            chunk: 1 << 20,
+            tune: true,
+        };
+        let cfg = EngineConfig {
+            workers: shape.workers,
+            slots: 1,
+            slot_bytes: shape.chunk,
+            active_readers: Some(1),
+            ..EngineConfig::default()
+        };
+        let device = BackendKind::Host.open_default().unwrap();
+        let e = Engine::new(Arc::new(disk), device, cfg).unwrap();
+        let mut out = Check { seed: 7, pos: 0 };
+        let rep = copy_range(&e, shape, 0, len, &mut out).unwrap();
+        assert_eq!(out.pos, len);
+        let seen = running.lock().unwrap().1.clone();
+        (rep, seen)
+    }
+
+    #[test]
+    // Threads and sleeps: minutes under Miri.
+    #[cfg_attr(miri, ignore)]
+    fn a_tuned_copy_sets_the_engines_readers_as_it_climbs() {
+        // A deep-queue disk (4 lanes): every step is faster, the copy ends at 4 readers. Epochs
+        // of 32 MiB (the floor): 32 reads each.
+        let (rep, seen) = tuned_copy(4, 112 << 20);
+        let steps: Vec<usize> = rep.probes.iter().map(|p| p.0).collect();
+        assert_eq!(steps, vec![1, 2, 4], "{rep:?}");
+        assert_eq!((rep.readers, rep.window), (4, 6), "{rep:?}");
+        assert!(seen.contains(&4), "4 readers never ran at once: {seen:?}");
+        // The first epoch is read by one reader with the next requests queued: no read
+        // starts beside another.
+        assert!(seen[..30].iter().all(|&n| n == 1), "{seen:?}");
+
+        // A one-lane disk that slows when crowded: two readers are slower, back to one.
+        let (rep, seen) = tuned_copy(1, 80 << 20);
+        let steps: Vec<usize> = rep.probes.iter().map(|p| p.0).collect();
+        assert_eq!(steps, vec![1, 2], "{rep:?}");
+        assert_eq!((rep.readers, rep.window), (1, 3), "{rep:?}");
+        // Two readers ran during the probe of two (three once, if the reader above the
+        // lowered limit was already waiting for a request), never more.
+        assert!(seen.iter().all(|&n| n <= 3), "{seen:?}");
     }
 
     #[test]

@@ -47,8 +47,9 @@ pub(super) fn ceiling_fio(
 /// `ds4 cat`'s path on the plan (seq): per batch, `copy_range` of its one request into a
 /// writer that lays the bytes into the destination ring, so the usual verifier checks them.
 /// The copy into the ring is the one cost `cat > /dev/null` does not pay. Also returns, for
-/// the row's `extra`, the depth each batch ended at and what the depth tuner measured
-/// (`{"windows": [..], "probes": [[depth, GB/s], ..]}`, probes of the first batch).
+/// the row's `extra`, the readers and window each batch ended at and what the depth tuner
+/// measured (`{"readers": [..], "windows": [..], "probes": [[readers, GB/s], ..]}`, probes of
+/// the first batch).
 pub(super) fn run_cat(
     path: &Path,
     plan: &Plan,
@@ -88,6 +89,7 @@ pub(super) fn run_cat(
     let s = engine.stats();
     let read = s.direct_chunks + s.buffered_chunks;
     let depth = serde_json::json!({
+        "readers": reports.iter().map(|r| r.readers).collect::<Vec<_>>(),
         "windows": reports.iter().map(|r| r.window).collect::<Vec<_>>(),
         "probes": reports.first().map_or(Vec::new(), |r| r
             .probes
