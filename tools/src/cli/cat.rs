@@ -28,7 +28,8 @@ pub const CAT_WORKERS: usize = 8;
 /// judges them on this machine).
 ///
 /// `DS4_CAT_SHAPE=WORKERS,WINDOW,CHUNK_KIB[,tune]` overrides it (for benchmarks of other
-/// shapes: docs/bench/cat-bench.sh; `tune`: measure the depth up to WINDOW, as cold copies do);
+/// shapes: docs/bench/cat-bench.sh; `tune`: measure how many readers (up to WORKERS, with
+/// requests up to WINDOW) the disk wants, as cold copies do);
 /// a value that does not parse is an error naming the variable, so a
 /// sweep never measures the default shape by mistake.
 pub fn shape_of(path: &std::path::Path, offset: u64, len: u64) -> Result<CopyShape, String> {
