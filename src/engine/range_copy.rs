@@ -288,7 +288,9 @@ mod tests {
     /// rest wait their turn): it reads `lanes` times faster with `lanes` readers than with
     /// one. With one lane, a read that finds another already running takes twice as long (the
     /// dev machine's disk, slower with more reads in flight). Records how many reads were
-    /// running as each one started.
+    /// running as each one started. It delivers no bytes (the buffer keeps what it held), so
+    /// the copy's rate is the lanes' and not the CPU's: under Wine, in a debug build, making
+    /// the pattern bytes bounded the rate at 4 readers (other tests check the bytes).
     struct Disk {
         inner: Arc<PatternSource>,
         latency: std::time::Duration,
@@ -341,24 +343,22 @@ mod tests {
             drop(busy);
             let slow = if self.lanes == 1 && crowd > 1 { 2 } else { 1 };
             std::thread::sleep(self.latency * slow);
-            let r = self.inner.read_exact_at(buf, offset);
+            let _ = (buf, offset);
             *m.lock().unwrap() -= 1;
             cv.notify_all();
             self.running.lock().unwrap().0 -= 1;
-            r
+            Ok(())
         }
         ds4_io::forward_read_at!(inner);
     }
 
-    /// Checks what it is given against the pattern as it comes (no buffer of the whole copy).
+    /// Counts what it is given (the [`Disk`] delivers no bytes worth checking).
     struct Check {
-        seed: u64,
         pos: u64,
     }
 
     impl Write for Check {
         fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            pattern::verify(self.seed, self.pos, b).map_err(io::Error::other)?;
             self.pos += b.len() as u64;
             Ok(b.len())
         }
@@ -394,7 +394,7 @@ mod tests {
         };
         let device = BackendKind::Host.open_default().unwrap();
         let e = Engine::new(Arc::new(disk), device, cfg).unwrap();
-        let mut out = Check { seed: 7, pos: 0 };
+        let mut out = Check { pos: 0 };
         let rep = copy_range(&e, shape, 0, len, &mut out).unwrap();
         assert_eq!(out.pos, len);
         let seen = running.lock().unwrap().1.clone();
