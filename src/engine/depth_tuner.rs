@@ -69,7 +69,8 @@ impl DepthTuner {
             .into_iter()
             .map(|r| Step {
                 readers: r,
-                window: window_for(r).min(max_w).max(r),
+                // r <= max_w and window_for(r) > r: never fewer requests than readers.
+                window: window_for(r).min(max_w),
             })
             .collect();
         Self {

@@ -111,8 +111,8 @@ pub fn copy_range(
     let mut tuner = shape
         .tune
         .then(|| DepthTuner::new(shape.workers, max, (len / 16).clamp(32 << 20, 64 << 20)));
-    // The reader count last asked for, and what the engine runs (every worker without a limit).
-    let (mut asked, mut readers) = (None, shape.workers);
+    // The reader count last asked of the engine.
+    let mut asked = None;
     let t0 = std::time::Instant::now();
     let mut queued: VecDeque<BytesTicket> = VecDeque::with_capacity(max);
     let mut next = 0u64;
@@ -123,7 +123,7 @@ pub fn copy_range(
             .map_or((max, shape.workers), |t| (t.window(), t.readers()));
         if asked != Some(want) {
             asked = Some(want);
-            readers = engine.set_active_readers(want).unwrap_or(shape.workers);
+            engine.set_active_readers(want);
         }
         while next < len && queued.len() < window {
             let at = offset + next;
@@ -144,6 +144,8 @@ pub fn copy_range(
         }
     }
     out.flush().map_err(CopyError::Write)?;
+    // What the engine runs (every worker when it has no limit).
+    let readers = engine.active_readers().unwrap_or(shape.workers);
     Ok(match tuner {
         Some(t) => CopyReport {
             readers,
@@ -293,18 +295,23 @@ mod tests {
     /// the pattern bytes bounded the rate at 4 readers (other tests check the bytes).
     struct Disk {
         inner: Arc<PatternSource>,
+        lanes: Arc<Lanes>,
+    }
+
+    /// What every handle of a [`Disk`] shares.
+    struct Lanes {
         latency: std::time::Duration,
         lanes: usize,
-        running: Arc<std::sync::Mutex<(usize, Vec<usize>)>>,
-        lane: Arc<(std::sync::Mutex<usize>, std::sync::Condvar)>,
+        /// Reads running now, and how many were running as each one started.
+        running: std::sync::Mutex<(usize, Vec<usize>)>,
+        /// Lanes busy.
+        busy: std::sync::Mutex<usize>,
+        freed: std::sync::Condvar,
     }
 
     struct DiskHandle {
         inner: Box<dyn ds4_io::ReadAt>,
-        latency: std::time::Duration,
-        lanes: usize,
-        running: Arc<std::sync::Mutex<(usize, Vec<usize>)>>,
-        lane: Arc<(std::sync::Mutex<usize>, std::sync::Condvar)>,
+        lanes: Arc<Lanes>,
     }
 
     impl ds4_io::Source for Disk {
@@ -317,36 +324,32 @@ mod tests {
         fn open_handle(&self) -> io::Result<Box<dyn ds4_io::ReadAt>> {
             Ok(Box::new(DiskHandle {
                 inner: self.inner.open_handle()?,
-                latency: self.latency,
-                lanes: self.lanes,
-                running: Arc::clone(&self.running),
-                lane: Arc::clone(&self.lane),
+                lanes: Arc::clone(&self.lanes),
             }))
         }
     }
 
     impl ds4_io::ReadAt for DiskHandle {
-        fn read_exact_at(&mut self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        fn read_exact_at(&mut self, _buf: &mut [u8], _offset: u64) -> io::Result<()> {
+            let l = &*self.lanes;
             let crowd = {
-                let mut r = self.running.lock().unwrap();
+                let mut r = l.running.lock().unwrap();
                 r.0 += 1;
                 let now = r.0;
                 r.1.push(now);
                 now
             };
-            let (m, cv) = &*self.lane;
-            let mut busy = m.lock().unwrap();
-            while *busy >= self.lanes {
-                busy = cv.wait(busy).unwrap();
+            let mut busy = l.busy.lock().unwrap();
+            while *busy >= l.lanes {
+                busy = l.freed.wait(busy).unwrap();
             }
             *busy += 1;
             drop(busy);
-            let slow = if self.lanes == 1 && crowd > 1 { 2 } else { 1 };
-            std::thread::sleep(self.latency * slow);
-            let _ = (buf, offset);
-            *m.lock().unwrap() -= 1;
-            cv.notify_all();
-            self.running.lock().unwrap().0 -= 1;
+            let slow = if l.lanes == 1 && crowd > 1 { 2 } else { 1 };
+            std::thread::sleep(l.latency * slow);
+            *l.busy.lock().unwrap() -= 1;
+            l.freed.notify_all();
+            l.running.lock().unwrap().0 -= 1;
             Ok(())
         }
         ds4_io::forward_read_at!(inner);
@@ -371,13 +374,16 @@ mod tests {
     /// active limit, on a [`Disk`] of `lanes` lanes and 5 ms reads; the copy's report and the
     /// running counts seen.
     fn tuned_copy(lanes: usize, len: u64) -> (CopyReport, Vec<usize>) {
-        let running = Arc::new(std::sync::Mutex::new((0, Vec::new())));
-        let disk = Disk {
-            inner: Arc::new(PatternSource::new(len, 7)),
+        let shared = Arc::new(Lanes {
             latency: std::time::Duration::from_millis(5),
             lanes,
-            running: Arc::clone(&running),
-            lane: Arc::new((std::sync::Mutex::new(0), std::sync::Condvar::new())),
+            running: std::sync::Mutex::new((0, Vec::new())),
+            busy: std::sync::Mutex::new(0),
+            freed: std::sync::Condvar::new(),
+        });
+        let disk = Disk {
+            inner: Arc::new(PatternSource::new(len, 7)),
+            lanes: Arc::clone(&shared),
         };
         let shape = CopyShape {
             workers: 4,
@@ -397,7 +403,7 @@ mod tests {
         let mut out = Check { pos: 0 };
         let rep = copy_range(&e, shape, 0, len, &mut out).unwrap();
         assert_eq!(out.pos, len);
-        let seen = running.lock().unwrap().1.clone();
+        let seen = shared.running.lock().unwrap().1.clone();
         (rep, seen)
     }
 
